@@ -1,0 +1,584 @@
+//! The object store: every object of every resource as JSON, keyed by resource, namespace and
+//! name, with one store-wide resourceVersion. All mutations take one lock, so resourceVersions
+//! are totally ordered and every change is appended to the bounded [`history`] that watches and
+//! consistent lists read. Writers (HTTP handlers, the simulator, tests) all go through [`Store`].
+
+mod admission;
+mod history;
+mod read;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+pub use history::{EventKind, Expired, StoredEvent};
+pub(crate) use read::{Page, PageRequest};
+
+use self::{
+    admission::{IdSource, meta_str, metadata_mut},
+    history::History,
+};
+use crate::{
+    patch::{self, Patch},
+    resources::{Registry, ResourceId, ResourceType},
+};
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub type NameKey = (String, String);
+
+/// Namespaces that exist from the start and cannot be deleted.
+const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// An error the API would report as a `metav1.Status`.
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum Error {
+    /// No such object.
+    #[error("{resource} {name:?} not found")]
+    NotFound {
+        /// The resource type.
+        resource: ResourceId,
+        /// The object name.
+        name: String,
+    },
+    /// An object with that name already exists.
+    #[error("{resource} {name:?} already exists")]
+    AlreadyExists {
+        /// The resource type.
+        resource: ResourceId,
+        /// The object name.
+        name: String,
+    },
+    /// A resourceVersion or uid precondition did not hold.
+    #[error("operation cannot be fulfilled on {resource} {name:?}: {reason}")]
+    Conflict {
+        /// The resource type.
+        resource: ResourceId,
+        /// The object name.
+        name: String,
+        /// Why, in the API server's words.
+        reason: String,
+    },
+    /// The object failed validation.
+    #[error("{kind} {name:?} is invalid: {}", causes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Invalid {
+        /// The object kind.
+        kind: String,
+        /// The object name (may be empty).
+        name: String,
+        /// One entry per invalid field.
+        causes: Vec<FieldError>,
+    },
+    /// The request itself is malformed.
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong.
+        message: String,
+    },
+    /// The resource type (or subresource) is not served.
+    #[error("the server could not find the requested resource {resource}")]
+    UnknownResource {
+        /// The resource asked for.
+        resource: ResourceId,
+    },
+    /// The operation is refused for this object.
+    #[error("{resource} {name:?} is forbidden: {reason}")]
+    Forbidden {
+        /// The resource type.
+        resource: ResourceId,
+        /// The object name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The resourceVersion is older than the history reaches.
+    #[error("too old resource version: {} ({})", .0.requested, .0.oldest)]
+    Expired(Expired),
+    /// The resourceVersion has not been reached yet.
+    #[error("too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The resourceVersion asked for.
+        requested: u64,
+        /// The store's current resourceVersion.
+        current: u64,
+    },
+    /// A patch could not be applied.
+    #[error("the patch could not be applied")]
+    Patch(#[source] Arc<patch::Error>),
+}
+
+/// `pub type Result<T, E = Error>` for this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One invalid field of an [`Error::Invalid`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Dotted path, e.g. `metadata.name`.
+    pub field: String,
+    /// The Status cause reason, e.g. `FieldValueRequired`.
+    pub reason: &'static str,
+    /// The detail, e.g. `Required value: name or generateName is required`.
+    pub detail: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.detail)
+    }
+}
+
+/// Identifies one object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    /// Its resource type.
+    pub resource: ResourceId,
+    /// Its namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A key from parts.
+    pub fn new(resource: ResourceId, namespace: Option<&str>, name: impl Into<String>) -> Self {
+        Self {
+            resource,
+            namespace: namespace.filter(|ns| !ns.is_empty()).map(String::from),
+            name: name.into(),
+        }
+    }
+
+    fn name_key(&self) -> NameKey {
+        (self.namespace.clone().unwrap_or_default(), self.name.clone())
+    }
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Part {
+    /// The object (its status is kept when status is a subresource).
+    #[default]
+    Main,
+    /// Only `.status`, as `PUT/PATCH .../status`.
+    Status,
+}
+
+/// `DeleteOptions.preconditions`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The object must have this uid.
+    pub uid: Option<String>,
+    /// The object must be at this resourceVersion.
+    pub resource_version: Option<String>,
+}
+
+/// The outcome of a delete.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deletion {
+    /// The object is gone; this was its last state.
+    Deleted(Arc<Value>),
+    /// The object has finalizers: it is marked with `deletionTimestamp` and stays until they are
+    /// removed.
+    Finalizing(Arc<Value>),
+}
+
+/// A cheap, cloneable handle to the store.
+#[derive(Clone, Debug)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    latest: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct State {
+    registry: Registry,
+    objects: BTreeMap<ResourceId, BTreeMap<NameKey, Arc<Value>>>,
+    resource_version: u64,
+    history: History,
+    ids: IdSource,
+}
+
+impl Store {
+    /// An empty store with the built-in types, the system namespaces, and a history of at most
+    /// `history_limit` events.
+    pub fn new(history_limit: usize) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let store = Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    registry: Registry::builtin(),
+                    objects: BTreeMap::new(),
+                    resource_version: 0,
+                    history: History::new(history_limit),
+                    ids: IdSource::new(seed),
+                }),
+                latest: watch::channel(0).0,
+            }),
+        };
+        for ns in SYSTEM_NAMESPACES {
+            store
+                .create(&ResourceId::namespaces(), None, json!({"metadata": {"name": ns}}))
+                .expect("system namespaces are valid");
+        }
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a mutation under the lock and publishes the new resourceVersion to watches.
+    fn mutate<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let mut state = self.lock();
+        let before = state.resource_version;
+        let result = f(&mut state);
+        if state.resource_version != before {
+            self.shared.latest.send_replace(state.resource_version);
+        }
+        result
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    /// Follows the latest resourceVersion; changes whenever anything is written.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.latest.subscribe()
+    }
+
+    /// A copy of the served types (built-in and CRD-defined).
+    pub fn registry(&self) -> Registry {
+        self.lock().registry.clone()
+    }
+
+    /// Drops the whole event history: watches and continue tokens from before the current
+    /// resourceVersion then get 410 Gone.
+    pub fn compact(&self) {
+        let mut state = self.lock();
+        let current = state.resource_version;
+        state.history.compact(current);
+    }
+
+    /// Creates an object in `namespace` (taken from the object's metadata when `None`).
+    pub fn create(&self, resource: &ResourceId, namespace: Option<&str>, object: Value) -> Result<Arc<Value>> {
+        self.mutate(|state| state.create(resource, namespace, object))
+    }
+
+    /// Creates an object whose `apiVersion`, `kind` and `metadata.namespace` say where it goes.
+    pub fn create_object(&self, object: Value) -> Result<Arc<Value>> {
+        let api_version = object["apiVersion"].as_str().unwrap_or("");
+        let kind = object["kind"].as_str().unwrap_or("");
+        let ty = self.lock().registry.by_kind(api_version, kind).ok_or_else(|| Error::BadRequest {
+            message: format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
+        })?;
+        self.create(&ty.id, None, object)
+    }
+
+    /// The object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Result<Arc<Value>> {
+        let state = self.lock();
+        state.ty(&key.resource)?;
+        state.current(key).cloned()
+    }
+
+    /// Every object of a type (in one namespace, or all), with the resourceVersion they are at.
+    pub fn list(&self, resource: &ResourceId, namespace: Option<&str>) -> Result<(Vec<Arc<Value>>, u64)> {
+        let page = self.page(
+            PageRequest {
+                resource,
+                namespace,
+                at: None,
+                after: None,
+                limit: None,
+            },
+            &|_| true,
+        )?;
+        Ok((page.items, page.resource_version))
+    }
+
+    /// Replaces an object (PUT). A non-empty `metadata.resourceVersion` must match the stored one.
+    pub fn replace(&self, key: &ObjectKey, object: Value, part: Part) -> Result<Arc<Value>> {
+        self.mutate(|state| state.replace(key, object, part))
+    }
+
+    /// Applies a patch to the current object. An apply patch creates a missing object.
+    pub fn patch(&self, key: &ObjectKey, patch: &Patch, part: Part) -> Result<Arc<Value>> {
+        self.mutate(|state| match state.current(key).cloned() {
+            Err(Error::NotFound { .. }) if matches!(patch, Patch::Apply(_)) && part == Part::Main => {
+                let Patch::Apply(body) = patch else { unreachable!() };
+                let mut object = body.clone();
+                if object.is_object() {
+                    metadata_mut(&mut object).insert("name".into(), json!(key.name));
+                }
+                state.create(&key.resource, key.namespace.as_deref(), object)
+            }
+            Err(e) => Err(e),
+            Ok(current) => {
+                let patched = patch.apply_to(&current).map_err(|e| Error::Patch(Arc::new(e)))?;
+                state.replace(key, patched, part)
+            }
+        })
+    }
+
+    /// Read-modify-write of an object under the lock (no resourceVersion precondition).
+    pub fn modify(&self, key: &ObjectKey, part: Part, f: impl FnOnce(&mut Value)) -> Result<Arc<Value>> {
+        self.mutate(|state| {
+            let mut object = Value::clone(state.current(key)?);
+            f(&mut object);
+            state.replace(key, object, part)
+        })
+    }
+
+    /// Deletes an object, or marks it for deletion when it has finalizers. Deleting a namespace
+    /// deletes everything in it; deleting a CRD deletes its objects and stops serving the type.
+    pub fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
+        self.mutate(|state| state.delete(key, preconditions))
+    }
+}
+
+impl State {
+    fn ty(&self, id: &ResourceId) -> Result<Arc<ResourceType>> {
+        self.registry
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::UnknownResource { resource: id.clone() })
+    }
+
+    fn current(&self, key: &ObjectKey) -> Result<&Arc<Value>> {
+        self.objects
+            .get(&key.resource)
+            .and_then(|objects| objects.get(&key.name_key()))
+            .ok_or_else(|| Error::NotFound {
+                resource: key.resource.clone(),
+                name: key.name.clone(),
+            })
+    }
+
+    /// Stamps the next resourceVersion, stores (or removes) the object and records the event.
+    fn commit(
+        &mut self,
+        resource: &ResourceId,
+        key: NameKey,
+        mut object: Value,
+        kind: EventKind,
+        previous: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        self.resource_version += 1;
+        let rv = self.resource_version;
+        metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+        let object = Arc::new(object);
+        let objects = self.objects.entry(resource.clone()).or_default();
+        if kind == EventKind::Deleted {
+            objects.remove(&key);
+        } else {
+            objects.insert(key.clone(), object.clone());
+        }
+        self.history.push(StoredEvent {
+            resource_version: rv,
+            kind,
+            resource: resource.clone(),
+            key,
+            object: object.clone(),
+            previous,
+        });
+        object
+    }
+
+    fn create(&mut self, resource: &ResourceId, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>> {
+        let ty = self.ty(resource)?;
+        let namespace = if ty.namespaced {
+            let in_body = object.is_object().then(|| meta_str(&object, "namespace")).unwrap_or("");
+            let ns = match namespace.filter(|ns| !ns.is_empty()) {
+                Some(ns) if !in_body.is_empty() && in_body != ns => {
+                    return Err(Error::BadRequest {
+                        message: "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    });
+                }
+                Some(ns) => ns.to_string(),
+                None if !in_body.is_empty() => in_body.to_string(),
+                None => {
+                    return Err(Error::BadRequest {
+                        message: format!("a namespace is required to create {}", ty.id),
+                    });
+                }
+            };
+            let namespace_key = ObjectKey::new(ResourceId::namespaces(), None, ns.clone());
+            let namespace_object = self.current(&namespace_key)?;
+            if !meta_str(namespace_object, "deletionTimestamp").is_empty() {
+                return Err(Error::Forbidden {
+                    resource: ty.id.clone(),
+                    name: String::new(),
+                    reason: format!("unable to create new content in namespace {ns} because it is being terminated"),
+                });
+            }
+            Some(ns)
+        } else {
+            None
+        };
+        admission::prepare_create(&ty, &mut object, ty.preferred_version(), namespace.as_deref(), &mut self.ids)?;
+        let key = (namespace.unwrap_or_default(), meta_str(&object, "name").to_string());
+        if self.objects.get(resource).is_some_and(|objects| objects.contains_key(&key)) {
+            return Err(Error::AlreadyExists {
+                resource: resource.clone(),
+                name: key.1,
+            });
+        }
+        if resource.is_crd() {
+            self.registry.insert(admission::type_from_crd(&object)?);
+        }
+        Ok(self.commit(resource, key, object, EventKind::Added, None))
+    }
+
+    fn replace(&mut self, key: &ObjectKey, mut object: Value, part: Part) -> Result<Arc<Value>> {
+        let ty = self.ty(&key.resource)?;
+        if part == Part::Status && !ty.status_subresource {
+            return Err(Error::UnknownResource {
+                resource: ResourceId::new(ty.id.group.as_str(), format!("{}/status", ty.id.resource)),
+            });
+        }
+        let current = self.current(key)?.clone();
+        if !object.is_object() {
+            return Err(Error::BadRequest {
+                message: "the request body must be a JSON object".into(),
+            });
+        }
+        let conflict = |reason: String| Error::Conflict {
+            resource: key.resource.clone(),
+            name: key.name.clone(),
+            reason,
+        };
+        for (field, expected) in [("name", key.name.as_str()), ("namespace", key.namespace.as_deref().unwrap_or(""))] {
+            let given = meta_str(&object, field);
+            if !given.is_empty() && given != expected {
+                return Err(Error::BadRequest {
+                    message: format!("the {field} of the object ({given}) does not match the {field} on the URL ({expected})"),
+                });
+            }
+        }
+        let (given_rv, current_rv) = (meta_str(&object, "resourceVersion"), meta_str(&current, "resourceVersion"));
+        if !given_rv.is_empty() && given_rv != current_rv {
+            return Err(conflict(
+                "the object has been modified; please apply your changes to the latest version and try again".into(),
+            ));
+        }
+        let (given_uid, current_uid) = (meta_str(&object, "uid"), meta_str(&current, "uid"));
+        if !given_uid.is_empty() && given_uid != current_uid {
+            return Err(conflict(format!(
+                "Precondition failed: UID in precondition: {given_uid}, UID in object meta: {current_uid}"
+            )));
+        }
+        admission::prepare_update(&ty, &current, &mut object, part)?;
+        if key.resource.is_crd() {
+            self.registry.insert(admission::type_from_crd(&object)?);
+        }
+        if object == *current {
+            return Ok(current);
+        }
+        let finalized = !meta_str(&object, "deletionTimestamp").is_empty()
+            && object.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        if finalized {
+            return Ok(self.remove(key, object, current));
+        }
+        Ok(self.commit(&key.resource, key.name_key(), object, EventKind::Modified, Some(current)))
+    }
+
+    /// Deletes the object now, cascading to what it owns (namespace contents, CRD objects).
+    fn remove(&mut self, key: &ObjectKey, last: Value, current: Arc<Value>) -> Arc<Value> {
+        if key.resource.is_namespace() {
+            let contained: Vec<(ResourceId, NameKey)> = self
+                .objects
+                .iter()
+                .flat_map(|(resource, objects)| {
+                    objects.keys().filter(|(ns, _)| *ns == key.name).map(move |k| (resource.clone(), k.clone()))
+                })
+                .collect();
+            for (resource, name_key) in contained {
+                let object = self.objects[&resource][&name_key].clone();
+                self.commit(&resource, name_key, Value::clone(&object), EventKind::Deleted, Some(object));
+            }
+        }
+        let defined = key.resource.is_crd().then(|| admission::type_from_crd(&current).ok()).flatten();
+        if let Some(defined) = &defined {
+            let owned: Vec<(NameKey, Arc<Value>)> = self
+                .objects
+                .get(&defined.id)
+                .map(|objects| objects.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default();
+            for (name_key, object) in owned {
+                self.commit(&defined.id, name_key, Value::clone(&object), EventKind::Deleted, Some(object));
+            }
+        }
+        let deleted = self.commit(&key.resource, key.name_key(), last, EventKind::Deleted, Some(current));
+        if let Some(defined) = defined {
+            self.registry.remove(&defined.id);
+            self.objects.remove(&defined.id);
+        }
+        deleted
+    }
+
+    fn delete(&mut self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
+        self.ty(&key.resource)?;
+        let current = self.current(key)?.clone();
+        let conflict = |what: &str, expected: &str, field: &str| Error::Conflict {
+            resource: key.resource.clone(),
+            name: key.name.clone(),
+            reason: format!(
+                "Precondition failed: {what} in precondition: {expected}, {what} in object meta: {}",
+                meta_str(&current, field)
+            ),
+        };
+        if let Some(uid) = &preconditions.uid
+            && uid != meta_str(&current, "uid")
+        {
+            return Err(conflict("UID", uid, "uid"));
+        }
+        if let Some(rv) = &preconditions.resource_version
+            && rv != meta_str(&current, "resourceVersion")
+        {
+            return Err(conflict("ResourceVersion", rv, "resourceVersion"));
+        }
+        if key.resource.is_namespace() && SYSTEM_NAMESPACES[..3].contains(&key.name.as_str()) {
+            return Err(Error::Forbidden {
+                resource: key.resource.clone(),
+                name: key.name.clone(),
+                reason: "this namespace may not be deleted".into(),
+            });
+        }
+        let has_finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if !has_finalizers {
+            return Ok(Deletion::Deleted(self.remove(key, Value::clone(&current), current)));
+        }
+        if !meta_str(&current, "deletionTimestamp").is_empty() {
+            return Ok(Deletion::Finalizing(current));
+        }
+        let mut marked = Value::clone(&current);
+        let meta = metadata_mut(&mut marked);
+        meta.insert("deletionTimestamp".into(), json!(admission::now()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        meta.insert("generation".into(), json!(generation + 1));
+        if key.resource.is_namespace() {
+            marked["status"] = json!({"phase": "Terminating"});
+        }
+        let marked = self.commit(&key.resource, key.name_key(), marked, EventKind::Modified, Some(current));
+        Ok(Deletion::Finalizing(marked))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! Typed reads of the host's informer cache (never a call to the API server).
+//!
+//! ```ignore
+//! use wasmformer_guest::k8s_openapi::api::apps::v1::ReplicaSet;
+//! let rs: ReplicaSet = wasmformer_guest::lister::get("default", "web-7d4b9")?;
+//! ```
+//!
+//! A plugin may read only the kinds the host configuration grants it; other kinds answer
+//! [`ListerError::Forbidden`].
+
+use std::fmt;
+
+use k8s_openapi::Resource;
+use serde::de::DeserializeOwned;
+
+use crate::bindings::wasmformer::plugin::lister as wit;
+use crate::{Gvk, Object};
+
+/// Why a lister call returned nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListerError {
+    /// No such object in the cache.
+    NotFound,
+    /// The plugin is not granted this kind.
+    Forbidden(String),
+    /// The label selector does not parse.
+    InvalidSelector(String),
+    /// No index of that name is configured for the kind.
+    UnknownIndex(String),
+    /// The object is in the cache but does not decode into the requested type.
+    Decode(String),
+}
+
+impl fmt::Display for ListerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotFound => f.write_str("not found"),
+            Self::Forbidden(what) => write!(f, "forbidden: {what}"),
+            Self::InvalidSelector(why) => write!(f, "invalid label selector: {why}"),
+            Self::UnknownIndex(name) => write!(f, "unknown index: {name}"),
+            Self::Decode(why) => write!(f, "cannot decode object: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ListerError {}
+
+impl From<wit::Error> for ListerError {
+    fn from(e: wit::Error) -> Self {
+        match e {
+            wit::Error::NotFound => Self::NotFound,
+            wit::Error::Forbidden(what) => Self::Forbidden(what),
+            wit::Error::InvalidSelector(why) => Self::InvalidSelector(why),
+            wit::Error::UnknownIndex(name) => Self::UnknownIndex(name),
+        }
+    }
+}
+
+/// The [`Gvk`] of a k8s-openapi type, e.g. `gvk_of::<Pod>()` is `("", "v1", "Pod")`.
+pub fn gvk_of<K: Resource>() -> Gvk {
+    Gvk { group: K::GROUP.to_owned(), version: K::VERSION.to_owned(), kind: K::KIND.to_owned() }
+}
+
+/// The object `namespace`/`name` of type `K` (namespace empty for cluster-scoped kinds).
+pub fn get<K: Resource + DeserializeOwned>(namespace: &str, name: &str) -> Result<K, ListerError> {
+    decode(get_object(&gvk_of::<K>(), namespace, name)?)
+}
+
+/// Objects of type `K` in `namespace` (`None`: all) matching `label_selector` (empty: all).
+pub fn list<K: Resource + DeserializeOwned>(
+    namespace: Option<&str>,
+    label_selector: &str,
+) -> Result<Vec<K>, ListerError> {
+    list_objects(&gvk_of::<K>(), namespace, label_selector)?.into_iter().map(decode).collect()
+}
+
+/// Objects of type `K` whose index `index` holds `value`.
+pub fn by_index<K: Resource + DeserializeOwned>(index: &str, value: &str) -> Result<Vec<K>, ListerError> {
+    objects_by_index(&gvk_of::<K>(), index, value)?.into_iter().map(decode).collect()
+}
+
+/// [`get`] for any kind, custom resources included, without decoding.
+pub fn get_object(kind: &Gvk, namespace: &str, name: &str) -> Result<Object, ListerError> {
+    Ok(wit::get(kind, namespace, name)?.into())
+}
+
+/// [`list`] for any kind, without decoding.
+pub fn list_objects(kind: &Gvk, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Object>, ListerError> {
+    Ok(wit::list(kind, namespace, label_selector)?.into_iter().map(Object::from).collect())
+}
+
+/// [`by_index`] for any kind, without decoding.
+pub fn objects_by_index(kind: &Gvk, index: &str, value: &str) -> Result<Vec<Object>, ListerError> {
+    Ok(wit::by_index(kind, index, value)?.into_iter().map(Object::from).collect())
+}
+
+fn decode<K: DeserializeOwned>(obj: Object) -> Result<K, ListerError> {
+    serde_json::from_str(obj.json()).map_err(|e| ListerError::Decode(e.to_string()))
+}

@@ -1,0 +1,17 @@
+//! The indexed local cache: client-go's thread-safe store and indexer.
+//!
+//! One [`Store`] per kind holds each object once, as an [`Arc<CachedObject>`] shared by every
+//! plugin, keyed by `namespace/name`, with a namespace index and the custom indexes named in the
+//! configuration ([`IndexSpec`]). Each informer owns one store; plugins read the stores they are
+//! granted through the lister. Reads are consistent snapshots under a read lock; writes come only
+//! from the informers.
+
+mod index;
+mod object;
+mod selector;
+mod store;
+
+pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
+pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
+pub use selector::{LabelSelector, SelectorError};
+pub use store::{Store, UnknownIndex};

@@ -1,0 +1,201 @@
+//! [`CachedObject`]: one object as the cache keeps it, and the names that identify it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A kind: API group (empty for the core group), version and kind, as in a manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Gvk {
+    /// API group, e.g. `apps`; empty for the core group.
+    pub group: String,
+    /// Version within the group, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `Deployment`.
+    pub kind: String,
+}
+
+impl Gvk {
+    /// The kind named by a manifest's `apiVersion` (`v1`, `apps/v1`) and `kind`.
+    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        Self { group: group.to_owned(), version: version.to_owned(), kind: kind.to_owned() }
+    }
+
+    /// The `apiVersion` of this kind: `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind)
+    }
+}
+
+/// The cache key of an object: namespace (empty for cluster-scoped objects) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// `metadata.namespace`, empty for cluster-scoped objects.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    /// `namespace/name`, or `name` for cluster-scoped objects, as client-go's key function.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() { f.write_str(&self.name) } else { write!(f, "{}/{}", self.namespace, self.name) }
+    }
+}
+
+/// Why a JSON document cannot be cached as an object.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The document is not a JSON object.
+    #[error("object is not a JSON object")]
+    NotAnObject,
+    /// `metadata.name` is missing or empty.
+    #[error("object has no metadata.name")]
+    NoName,
+    /// `metadata.labels` is not a map of strings.
+    #[error("metadata.labels of {key} is not a map of strings")]
+    BadLabels {
+        /// The object.
+        key: ObjectKey,
+    },
+}
+
+/// One object in the cache: identity and labels extracted once, the body kept as compact JSON
+/// (what plugins receive, so no handler call re-serializes it), and the object's values for each
+/// of its store's indexes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CachedObject {
+    key: ObjectKey,
+    uid: String,
+    resource_version: String,
+    labels: BTreeMap<String, String>,
+    body: Box<str>,
+    index_values: Box<[Box<[String]>]>,
+}
+
+impl CachedObject {
+    /// Builds a cached object from its JSON, computing its values for `indexes`. Removes
+    /// `metadata.managedFields` when `strip_managed_fields` is set.
+    pub fn from_value(
+        mut value: Value,
+        strip_managed_fields: bool,
+        indexes: &[super::IndexSpec],
+    ) -> Result<Self, ObjectError> {
+        let metadata = value.get_mut("metadata").and_then(Value::as_object_mut);
+        let Some(metadata) = metadata else {
+            return Err(if value.is_object() { ObjectError::NoName } else { ObjectError::NotAnObject });
+        };
+        if strip_managed_fields {
+            metadata.remove("managedFields");
+        }
+        let text = |field: &str| metadata.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let key = ObjectKey::new(text("namespace"), text("name"));
+        if key.name.is_empty() {
+            return Err(ObjectError::NoName);
+        }
+        let (uid, resource_version) = (text("uid"), text("resourceVersion"));
+        let labels = match metadata.get("labels") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(labels) => serde_json::from_value(labels.clone()).map_err(|_| ObjectError::BadLabels { key: key.clone() })?,
+        };
+        let index_values = indexes.iter().map(|spec| spec.path.values(&value).into_boxed_slice()).collect();
+        Ok(Self { key, uid, resource_version, labels, body: value.to_string().into_boxed_str(), index_values })
+    }
+
+    /// The object's cache key.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+
+    /// `metadata.namespace`; empty for cluster-scoped objects.
+    pub fn namespace(&self) -> &str {
+        &self.key.namespace
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.key.name
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> &str {
+        &self.resource_version
+    }
+
+    /// `metadata.labels`.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// The whole object as compact JSON.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// The object's values for its store's `i`-th index.
+    pub(crate) fn index_values(&self, i: usize) -> &[String] {
+        self.index_values.get(i).map_or(&[], |v| v)
+    }
+
+    /// Approximate heap bytes this object holds (for memory accounting in benchmarks and logs).
+    pub fn heap_size(&self) -> usize {
+        let labels: usize = self.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
+        let indexes: usize = self.index_values.iter().flat_map(|v| v.iter()).map(|s| s.len() + 24).sum();
+        self.key.namespace.len() + self.key.name.len() + self.uid.len() + self.resource_version.len()
+            + labels + indexes + self.body.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strips_managed_fields_and_extracts_identity() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "web", "namespace": "prod", "uid": "u1", "resourceVersion": "7",
+            "labels": {"b": "2", "a": "1"}, "managedFields": [{"manager": "kubectl"}]}});
+        let obj = CachedObject::from_value(pod, true, &[]).unwrap();
+        assert_eq!(obj.key().to_string(), "prod/web");
+        assert_eq!((obj.uid(), obj.resource_version()), ("u1", "7"));
+        assert_eq!(obj.labels().keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(!obj.body().contains("managedFields"));
+        let kept = CachedObject::from_value(json!({"metadata": {"name": "n", "managedFields": []}}), false, &[]).unwrap();
+        assert!(kept.body().contains("managedFields"));
+    }
+
+    #[test]
+    fn rejects_objects_without_a_name() {
+        assert!(matches!(CachedObject::from_value(json!({"metadata": {}}), true, &[]), Err(ObjectError::NoName)));
+        assert!(matches!(CachedObject::from_value(json!([1]), true, &[]), Err(ObjectError::NotAnObject)));
+    }
+
+    #[test]
+    fn gvk_round_trips_api_version() {
+        assert_eq!(Gvk::from_api_version("apps/v1", "Deployment").api_version(), "apps/v1");
+        assert_eq!(Gvk::from_api_version("v1", "Pod").group, "");
+        assert_eq!(Gvk::from_api_version("v1", "Pod").to_string(), "v1 Pod");
+    }
+}

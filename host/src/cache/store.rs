@@ -1,0 +1,215 @@
+//! [`Store`]: one kind's objects with their namespace and custom indexes, kept consistent through
+//! every write, like client-go's `ThreadSafeStore` with an `Indexer`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use serde_json::Value;
+
+use super::{CachedObject, Gvk, IndexSpec, LabelSelector, NAMESPACE_INDEX, ObjectError, ObjectKey};
+
+/// No index of that name exists for the kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no index {index:?} for {gvk}")]
+pub struct UnknownIndex {
+    /// The kind asked about.
+    pub gvk: Gvk,
+    /// The index name asked for.
+    pub index: String,
+}
+
+/// One kind's objects, shared by every plugin that handles or reads that kind.
+#[derive(Debug)]
+pub struct Store {
+    gvk: Gvk,
+    indexes: Vec<IndexSpec>,
+    strip_managed_fields: bool,
+    state: RwLock<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: HashMap<ObjectKey, Arc<CachedObject>>,
+    by_namespace: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Per custom index (same order as `Store::indexes`): value → keys.
+    by_index: Vec<HashMap<String, BTreeSet<ObjectKey>>>,
+}
+
+impl State {
+    fn link(&mut self, obj: &CachedObject) {
+        self.by_namespace.entry(obj.namespace().to_owned()).or_default().insert(obj.key().clone());
+        for (i, index) in self.by_index.iter_mut().enumerate() {
+            for value in obj.index_values(i) {
+                index.entry(value.clone()).or_default().insert(obj.key().clone());
+            }
+        }
+    }
+
+    fn unlink(&mut self, obj: &CachedObject) {
+        fn remove(map: &mut HashMap<String, BTreeSet<ObjectKey>>, value: &str, key: &ObjectKey) {
+            if let Some(keys) = map.get_mut(value) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    map.remove(value);
+                }
+            }
+        }
+        remove(&mut self.by_namespace, obj.namespace(), obj.key());
+        for (i, index) in self.by_index.iter_mut().enumerate() {
+            for value in obj.index_values(i) {
+                remove(index, value, obj.key());
+            }
+        }
+    }
+
+    fn objects_at(&self, keys: Option<&BTreeSet<ObjectKey>>) -> Vec<Arc<CachedObject>> {
+        keys.into_iter().flatten().filter_map(|k| self.objects.get(k).cloned()).collect()
+    }
+}
+
+impl Store {
+    /// An empty store for `gvk` with `indexes` (besides the built-in namespace index).
+    pub fn new(gvk: Gvk, indexes: Vec<IndexSpec>, strip_managed_fields: bool) -> Self {
+        let state = State { by_index: vec![HashMap::new(); indexes.len()], ..State::default() };
+        Self { gvk, indexes, strip_managed_fields, state: RwLock::new(state) }
+    }
+
+    /// The kind this store keeps.
+    pub fn gvk(&self) -> &Gvk {
+        &self.gvk
+    }
+
+    /// The custom indexes this store keeps.
+    pub fn indexes(&self) -> &[IndexSpec] {
+        &self.indexes
+    }
+
+    /// Turns an object's JSON into a [`CachedObject`] for this store (stripping managed fields
+    /// and computing its index values as configured). Does not insert it.
+    pub fn admit(&self, value: Value) -> Result<Arc<CachedObject>, ObjectError> {
+        CachedObject::from_value(value, self.strip_managed_fields, &self.indexes).map(Arc::new)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().expect("store lock poisoned")
+    }
+
+    /// Inserts or replaces `obj`, returning the object it replaced.
+    pub fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        let mut state = self.state.write().expect("store lock poisoned");
+        let old = state.objects.insert(obj.key().clone(), obj.clone());
+        if let Some(old) = &old {
+            state.unlink(old);
+        }
+        state.link(&obj);
+        old
+    }
+
+    /// Removes the object at `key`, returning it.
+    pub fn remove(&self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
+        let mut state = self.state.write().expect("store lock poisoned");
+        let old = state.objects.remove(key)?;
+        state.unlink(&old);
+        Some(old)
+    }
+
+    /// The object at `namespace`/`name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
+        self.read().objects.get(&ObjectKey::new(namespace, name)).cloned()
+    }
+
+    /// Objects in `namespace` (`None`: all) matching `selector`, ordered by key.
+    pub fn list(&self, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Arc<CachedObject>> {
+        let state = self.read();
+        let mut objects = match namespace {
+            Some(ns) => state.objects_at(state.by_namespace.get(ns)),
+            None => state.objects.values().cloned().collect(),
+        };
+        drop(state);
+        objects.retain(|o| selector.matches(o.labels()));
+        objects.sort_by(|a, b| a.key().cmp(b.key()));
+        objects
+    }
+
+    /// Objects whose index `index` holds `value`, ordered by key. `namespace` is built in.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
+        let state = self.read();
+        if index == NAMESPACE_INDEX {
+            return Ok(state.objects_at(state.by_namespace.get(value)));
+        }
+        let i = self.indexes.iter().position(|spec| spec.name == index).ok_or_else(|| UnknownIndex {
+            gvk: self.gvk.clone(),
+            index: index.to_owned(),
+        })?;
+        Ok(state.objects_at(state.by_index[i].get(value)))
+    }
+
+    /// Every object, ordered by key: a consistent snapshot.
+    pub fn snapshot(&self) -> Vec<Arc<CachedObject>> {
+        self.list(None, &LabelSelector::default())
+    }
+
+    /// How many objects the store holds.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// Whether the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod_store() -> Store {
+        let by_node = IndexSpec { name: "by-node".into(), path: "spec.nodeName".parse().unwrap() };
+        Store::new(Gvk::from_api_version("v1", "Pod"), vec![by_node], true)
+    }
+
+    fn pod(store: &Store, ns: &str, name: &str, node: &str, app: &str) -> Arc<CachedObject> {
+        store
+            .admit(json!({"metadata": {"namespace": ns, "name": name, "labels": {"app": app}}, "spec": {"nodeName": node}}))
+            .unwrap()
+    }
+
+    fn names(objs: Vec<Arc<CachedObject>>) -> Vec<String> {
+        objs.iter().map(|o| o.key().to_string()).collect()
+    }
+
+    #[test]
+    fn indexes_follow_updates_and_deletes() {
+        let store = pod_store();
+        store.upsert(pod(&store, "a", "p1", "n1", "web"));
+        store.upsert(pod(&store, "b", "p2", "n1", "db"));
+        assert_eq!(names(store.by_index("by-node", "n1").unwrap()), ["a/p1", "b/p2"]);
+
+        // p1 moves to n2: the old index entry goes, the new one appears.
+        let old = store.upsert(pod(&store, "a", "p1", "n2", "web")).unwrap();
+        assert_eq!(old.index_values(0), ["n1"]);
+        assert_eq!(names(store.by_index("by-node", "n1").unwrap()), ["b/p2"]);
+        assert_eq!(names(store.by_index("by-node", "n2").unwrap()), ["a/p1"]);
+
+        store.remove(&ObjectKey::new("b", "p2"));
+        assert!(store.by_index("by-node", "n1").unwrap().is_empty());
+        assert!(store.by_index(NAMESPACE_INDEX, "b").unwrap().is_empty());
+        assert_eq!(names(store.by_index(NAMESPACE_INDEX, "a").unwrap()), ["a/p1"]);
+        assert_eq!(store.by_index("nope", "x").unwrap_err().index, "nope");
+    }
+
+    #[test]
+    fn list_filters_by_namespace_and_selector() {
+        let store = pod_store();
+        for (ns, name, app) in [("a", "p1", "web"), ("a", "p2", "db"), ("b", "p3", "web")] {
+            store.upsert(pod(&store, ns, name, "n", app));
+        }
+        let web: LabelSelector = "app=web".parse().unwrap();
+        assert_eq!(names(store.list(None, &web)), ["a/p1", "b/p3"]);
+        assert_eq!(names(store.list(Some("a"), &web)), ["a/p1"]);
+        assert_eq!(names(store.list(Some("a"), &LabelSelector::default())), ["a/p1", "a/p2"]);
+        assert!(store.list(Some("zzz"), &LabelSelector::default()).is_empty());
+    }
+}

@@ -1,0 +1,71 @@
+//! Command-line interface: argument types and one function per subcommand.
+
+mod inspect;
+mod replay;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+/// Runs Kubernetes informer event handlers as sandboxed WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "wasmformer", version, about, long_about = None)]
+pub struct Args {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMFORMER_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    /// Where compiled plugins are cached [default: $WASMFORMER_CACHE_DIR/components, else
+    /// ~/.cache/wasmformer/components].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Compile plugins every time instead of using the compile cache.
+    #[arg(long, global = true)]
+    pub no_cache: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a plugin against a scripted sequence of events, with no cluster.
+    Replay(replay::ReplayArgs),
+    /// Show the contract version, exports and imports a plugin was built with.
+    Inspect(inspect::InspectArgs),
+}
+
+/// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
+pub fn init_tracing(args: &Args) {
+    let default = match args.command {
+        // replay prints plugin logs itself; host logs only when something is wrong.
+        Command::Replay(_) | Command::Inspect(_) => "warn,plugin=off",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the chosen subcommand.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(wasmformer::plugin::PluginEngine::default_cache_dir) };
+    match args.command {
+        Command::Replay(replay) => replay::run(replay, cache_dir),
+        Command::Inspect(inspect) => inspect::run(inspect, cache_dir),
+    }
+}

@@ -1,0 +1,296 @@
+//! From kube's watcher events to client-go's handler deltas: the pure state machine.
+//!
+//! kube's [`watcher`](kube::runtime::watcher) reports `Init`, `InitApply`, `InitDone`, `Apply`
+//! and `Delete`. The [`Reflector`] compares each with its [`Store`], updates the store, and only
+//! then emits what a handler needs: [`Delta::Add`], [`Delta::Update`] with the old object,
+//! [`Delta::Delete`], and [`Delta::Synced`] once after the first complete list.
+//!
+//! A list (`Init` … `InitDone`) is buffered until it is complete, because an interrupted list
+//! (a LIST page or a streaming list failing half-way) starts over with a new `Init` and must leave
+//! no trace. Objects listed with the same uid and resourceVersion as stored are kept only as a key,
+//! so a relist costs the store plus the keys plus whatever changed during the gap. When the list is
+//! complete, objects the store has but the list lacks are removed and delivered first, as
+//! `Delete { final_state_unknown: true }` with the last known object (client-go's
+//! `DeletedFinalStateUnknown`), then the list's adds and updates in list order.
+//!
+//! An object whose uid changed under the same name (deleted and recreated while the watch was
+//! down) is delivered as a tombstone for the old uid followed by an `Add`, not as an `Update`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::runtime::watcher::Event;
+use serde_json::Value;
+
+use crate::cache::{CachedObject, ObjectKey, Store};
+
+/// One change for a handler, after the store has been updated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// An object appeared. `initial` marks objects of the first complete list (and, for a late
+    /// subscriber, the store's content when it subscribed).
+    Add {
+        /// The object.
+        obj: Arc<CachedObject>,
+        /// Whether it is part of the initial content rather than a live change.
+        initial: bool,
+    },
+    /// An object changed (its resourceVersion differs from the stored one).
+    Update {
+        /// The object as stored before.
+        old: Arc<CachedObject>,
+        /// The object as stored now.
+        new: Arc<CachedObject>,
+    },
+    /// An object disappeared.
+    Delete {
+        /// The object's final state, or the last known state if `final_state_unknown`.
+        obj: Arc<CachedObject>,
+        /// The deletion was inferred from a relist: the object may have changed before it went.
+        final_state_unknown: bool,
+    },
+    /// The initial list is complete: every `Add { initial: true }` has been delivered.
+    Synced,
+}
+
+impl Delta {
+    /// `add`, `update`, `delete` or `synced`, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Delta::Add { .. } => "add",
+            Delta::Update { .. } => "update",
+            Delta::Delete { .. } => "delete",
+            Delta::Synced => "synced",
+        }
+    }
+
+    /// The object the delta is about (the new one for an update), if any.
+    pub fn object(&self) -> Option<&Arc<CachedObject>> {
+        match self {
+            Delta::Add { obj, .. } | Delta::Delete { obj, .. } | Delta::Update { new: obj, .. } => Some(obj),
+            Delta::Synced => None,
+        }
+    }
+}
+
+/// Receives an informer's deltas, in order.
+///
+/// `push` is called with the informer's fan-out lock held (that is what makes a subscription see
+/// no gap and no duplicate): it must not block and must not call back into the informer. Queue
+/// the delta and return.
+pub trait DeltaSink: Send + Sync {
+    /// Takes one delta.
+    fn push(&self, delta: Delta);
+}
+
+/// The objects of the list in progress.
+#[derive(Debug, Default)]
+struct Relist {
+    /// Whether this is the informer's first list (its adds are `initial`).
+    first: bool,
+    /// Keys listed with the stored uid and resourceVersion: nothing to deliver.
+    unchanged: HashSet<ObjectKey>,
+    /// Listed objects that are new or changed, in list order.
+    changed: Vec<Arc<CachedObject>>,
+    /// Position of each key in `changed`.
+    positions: HashMap<ObjectKey, usize>,
+}
+
+impl Relist {
+    fn forget(&mut self, key: &ObjectKey) {
+        self.unchanged.remove(key);
+        if let Some(i) = self.positions.remove(key) {
+            self.changed.remove(i);
+            for position in self.positions.values_mut() {
+                if *position > i {
+                    *position -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// Applies watcher events to a [`Store`] and emits the resulting [`Delta`]s.
+#[derive(Debug)]
+pub struct Reflector {
+    store: Arc<Store>,
+    relist: Option<Relist>,
+    synced: bool,
+}
+
+/// Key, uid and resourceVersion of an object's JSON, read without caching it.
+fn identity(value: &Value) -> Option<(ObjectKey, &str, &str)> {
+    let metadata = value.get("metadata")?;
+    let text = |field: &str| metadata.get(field).and_then(Value::as_str).unwrap_or_default();
+    let key = ObjectKey::new(text("namespace"), text("name"));
+    Some((key, text("uid"), text("resourceVersion")))
+}
+
+fn same_version(stored: &CachedObject, uid: &str, resource_version: &str) -> bool {
+    stored.uid() == uid && stored.resource_version() == resource_version
+}
+
+impl Reflector {
+    /// A reflector writing into `store`, which should be empty.
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store, relist: None, synced: false }
+    }
+
+    /// The store this reflector writes.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Whether the first list has completed.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Whether a list is in progress.
+    pub fn is_listing(&self) -> bool {
+        self.relist.is_some()
+    }
+
+    /// Applies one watcher event: updates the store, then calls `emit` with each delta. Returns
+    /// how many objects were rejected (logged; e.g. no `metadata.name`).
+    pub fn apply(&mut self, event: Event<Value>, emit: &mut impl FnMut(Delta)) -> usize {
+        match event {
+            Event::Init => {
+                self.relist = Some(Relist { first: !self.synced, ..Relist::default() });
+                0
+            }
+            Event::InitApply(value) => self.list_one(value, emit),
+            Event::InitDone => {
+                self.finish_list(emit);
+                0
+            }
+            Event::Apply(value) if self.relist.is_some() => self.list_one(value, emit),
+            Event::Apply(value) => self.apply_live(value, emit),
+            Event::Delete(value) => self.delete_live(value, emit),
+        }
+    }
+
+    /// Replaces the store (with one that has more indexes), re-admitting every stored and
+    /// buffered object into it. Deltas are not emitted: the content does not change.
+    pub fn replace_store(&mut self, store: Arc<Store>) {
+        fn readmit(store: &Store, obj: &CachedObject) -> Option<Arc<CachedObject>> {
+            let value = serde_json::from_str(obj.body()).ok()?;
+            store.admit(value).ok()
+        }
+        for obj in self.store.snapshot() {
+            if let Some(obj) = readmit(&store, &obj) {
+                store.upsert(obj);
+            }
+        }
+        if let Some(relist) = &mut self.relist {
+            for obj in &mut relist.changed {
+                if let Some(readmitted) = readmit(&store, obj) {
+                    *obj = readmitted;
+                }
+            }
+        }
+        self.store = store;
+    }
+
+    fn admit(&self, value: Value) -> Option<Arc<CachedObject>> {
+        match self.store.admit(value) {
+            Ok(obj) => Some(obj),
+            Err(error) => {
+                tracing::warn!(gvk = %self.store.gvk(), error = &error as &dyn std::error::Error, "object rejected");
+                None
+            }
+        }
+    }
+
+    fn list_one(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        let Some(relist) = &mut self.relist else {
+            // kube sends InitApply only after Init; treat a stray one as a live change.
+            return self.apply_live(value, emit);
+        };
+        let Some((key, uid, rv)) = identity(&value) else {
+            return usize::from(self.admit(value).is_none());
+        };
+        if self.store.get(&key.namespace, &key.name).is_some_and(|stored| same_version(&stored, uid, rv)) {
+            relist.forget(&key);
+            relist.unchanged.insert(key);
+            return 0;
+        }
+        let Some(obj) = self.admit(value) else { return 1 };
+        let relist = self.relist.as_mut().expect("relist checked above");
+        relist.unchanged.remove(&key);
+        match relist.positions.get(&key) {
+            Some(&i) => relist.changed[i] = obj,
+            None => {
+                relist.positions.insert(key, relist.changed.len());
+                relist.changed.push(obj);
+            }
+        }
+        0
+    }
+
+    fn finish_list(&mut self, emit: &mut impl FnMut(Delta)) {
+        let Some(relist) = self.relist.take() else { return };
+        let Relist { first, unchanged, changed, positions } = relist;
+        // Tombstones first: what the store has but the list does not (or has under a new uid).
+        for stored in self.store.snapshot() {
+            let key = stored.key();
+            let kept = unchanged.contains(key)
+                || positions.get(key).is_some_and(|&i| changed[i].uid() == stored.uid());
+            if !kept && let Some(obj) = self.store.remove(key) {
+                emit(Delta::Delete { obj, final_state_unknown: true });
+            }
+        }
+        drop((unchanged, positions));
+        for obj in changed {
+            match self.store.upsert(obj.clone()) {
+                Some(old) => emit(Delta::Update { old, new: obj }),
+                None => emit(Delta::Add { obj, initial: first }),
+            }
+        }
+        if !self.synced {
+            self.synced = true;
+            emit(Delta::Synced);
+        }
+    }
+
+    fn apply_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        if let Some((key, uid, rv)) = identity(&value)
+            && self.store.get(&key.namespace, &key.name).is_some_and(|stored| same_version(&stored, uid, rv))
+        {
+            return 0;
+        }
+        let Some(obj) = self.admit(value) else { return 1 };
+        match self.store.upsert(obj.clone()) {
+            None => emit(Delta::Add { obj, initial: false }),
+            Some(old) if old.uid() != obj.uid() => {
+                emit(Delta::Delete { obj: old, final_state_unknown: true });
+                emit(Delta::Add { obj, initial: false });
+            }
+            Some(old) => emit(Delta::Update { old, new: obj }),
+        }
+        0
+    }
+
+    fn delete_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        let Some((key, _, _)) = identity(&value) else {
+            return usize::from(self.admit(value).is_none());
+        };
+        if let Some(relist) = &mut self.relist {
+            // kube sends no Delete during a list; if one came, the list's end decides.
+            relist.forget(&key);
+            return 0;
+        }
+        let Some(stored) = self.store.remove(&key) else {
+            tracing::debug!(gvk = %self.store.gvk(), object.key = %key, "delete of an object never seen");
+            return 0;
+        };
+        // The event carries the final state; fall back to the last known one if it is unusable.
+        let obj = self.admit(value).unwrap_or(stored);
+        emit(Delta::Delete { obj, final_state_unknown: false });
+        0
+    }
+}
+
+#[cfg(test)]
+#[path = "delta_tests.rs"]
+mod tests;

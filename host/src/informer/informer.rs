@@ -1,0 +1,368 @@
+//! One running informer: a tokio task that drives kube's watcher through a [`Reflector`] into a
+//! [`Store`] and fans the resulting [`Delta`]s out to every subscribed [`DeltaSink`].
+//!
+//! Applying an event to the store and pushing its deltas happen under one lock, the same lock
+//! [`Informer::subscribe`] takes to replay the store's content, so a subscriber sees every object
+//! exactly once: either in the replay or as a live delta, never both, never neither.
+//!
+//! Errors never stop the task: kube's watcher recovers (re-watch, relist) and the task waits out
+//! kube's [`DefaultBackoff`] (0.8 s doubling to 30 s, with jitter) between failures. kube's own
+//! `StreamBackoff` resets on any event, and the `Init` marker that precedes every LIST attempt
+//! would keep a persistently failing LIST (a 403) at the first step; the task resets only on
+//! proof of progress (a completed list, a live event).
+//!
+//! The informer lives while a handle to it does: an [`Arc<Informer>`], a [`Subscription`] or a
+//! [`Lister`]. Dropping the last one aborts the task and frees the store.
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{DefaultBackoff, Event};
+use serde_json::Value;
+use tokio::task::AbortHandle;
+use tracing::Instrument;
+
+use super::delta::{Delta, DeltaSink, Reflector};
+use super::watch::{ApiSource, EventStream, ListStrategy, WatchError};
+use super::{Error, InformerKey, Result, StoreOptions};
+use crate::cache::Store;
+
+/// The most recent watch failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastError {
+    /// What failed and why, for operators (see [`WatchError::describe`]).
+    pub message: String,
+    /// When.
+    pub at: SystemTime,
+}
+
+/// What an informer has done, for the host to show.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InformerStatus {
+    /// Whether the first list has completed.
+    pub synced: bool,
+    /// When the first list completed.
+    pub synced_at: Option<SystemTime>,
+    /// Objects in the store.
+    pub objects: usize,
+    /// Current subscriptions.
+    pub subscribers: usize,
+    /// Objects received from the watcher (listed or watched).
+    pub events: u64,
+    /// Lists started after the first sync (after `410 Gone`, or a restarted streaming list).
+    pub relists: u64,
+    /// Watch failures.
+    pub errors: u64,
+    /// Objects the store refused (no name, malformed labels).
+    pub rejected: u64,
+    /// The most recent failure; kept after recovery.
+    pub last_error: Option<LastError>,
+    /// How the initial content is fetched, once the watch has started (`List` or `Streaming`).
+    pub list_strategy: Option<ListStrategy>,
+}
+
+/// Everything the apply/fan-out lock protects.
+struct Fanout {
+    reflector: Reflector,
+    options: StoreOptions,
+    sinks: Vec<(u64, Arc<dyn DeltaSink>)>,
+    next_id: u64,
+    status: InformerStatus,
+}
+
+/// The state shared by the informer handle and its task.
+struct Core {
+    key: InformerKey,
+    fanout: Mutex<Fanout>,
+    /// The current store, for listers (replaced only when indexes are added).
+    store: RwLock<Arc<Store>>,
+    synced: tokio::sync::watch::Sender<bool>,
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, Fanout> {
+        self.fanout.lock().expect("informer lock poisoned")
+    }
+
+    fn apply(&self, event: Event<Value>, strategy: Option<ListStrategy>) {
+        let mut fanout = self.lock();
+        let Fanout { reflector, sinks, status, .. } = &mut *fanout;
+        status.list_strategy = strategy.or(status.list_strategy);
+        match &event {
+            Event::Init if reflector.is_synced() => {
+                status.relists += 1;
+                tracing::info!(informer.relists = status.relists, "relisting");
+            }
+            Event::Apply(_) | Event::InitApply(_) | Event::Delete(_) => status.events += 1,
+            _ => {}
+        }
+        let was_synced = reflector.is_synced();
+        let rejected = reflector.apply(event, &mut |delta| {
+            for (_, sink) in sinks.iter() {
+                sink.push(delta.clone());
+            }
+        });
+        status.rejected += rejected as u64;
+        if !was_synced && reflector.is_synced() {
+            status.synced = true;
+            status.synced_at = Some(SystemTime::now());
+            tracing::info!(informer.objects = reflector.store().len(), "synced");
+            self.synced.send_replace(true);
+        }
+    }
+
+    fn record_error(&self, error: &WatchError) {
+        let message = error.describe();
+        match error {
+            WatchError::Expired { .. } => tracing::info!(error = %message, "watch expired"),
+            _ => tracing::warn!(error = %message, "watch failed"),
+        }
+        let mut fanout = self.lock();
+        fanout.status.errors += 1;
+        fanout.status.last_error = Some(LastError { message, at: SystemTime::now() });
+    }
+}
+
+/// Where an informer's events come from.
+pub(crate) enum Source {
+    /// A server, through kube's watcher.
+    Api(Box<ApiSource>),
+    /// A given stream (tests, replays); the task ends with it.
+    Stream(EventStream),
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<kube::runtime::watcher::Result<Event<Value>>> {
+        match self {
+            Source::Api(api) => Some(api.next().await),
+            Source::Stream(stream) => stream.next().await,
+        }
+    }
+
+    fn strategy(&self) -> Option<ListStrategy> {
+        match self {
+            Source::Api(api) => api.strategy(),
+            Source::Stream(_) => None,
+        }
+    }
+}
+
+async fn run(core: Arc<Core>, mut source: Source) {
+    let mut backoff = DefaultBackoff::default();
+    while let Some(item) = source.next().await {
+        match item {
+            Ok(event) => {
+                if matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_)) {
+                    backoff.reset();
+                }
+                core.apply(event, source.strategy());
+            }
+            Err(error) => {
+                core.record_error(&WatchError::new(&core.key, error));
+                if let Some(delay) = backoff.next() {
+                    tracing::debug!(delay_ms = delay.as_millis() as u64, "backing off");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}
+
+/// A running informer for one [`InformerKey`].
+pub struct Informer {
+    core: Arc<Core>,
+    task: AbortHandle,
+    on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer").field("key", &self.core.key).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        self.task.abort();
+        tracing::info!(informer.resource = %self.core.key.resource_name(), informer.namespace = %self.core.key.namespace_label(), "informer stopped");
+        if let Some(on_drop) = self.on_drop.take() {
+            on_drop();
+        }
+    }
+}
+
+impl Informer {
+    /// Starts an informer for `key` over `events` (any watcher event stream: a test script, a
+    /// recording). Must be called within a Tokio runtime.
+    pub fn from_stream(key: InformerKey, options: StoreOptions, events: EventStream) -> Result<Arc<Self>> {
+        Self::spawn(key, options, Source::Stream(events), &tokio::runtime::Handle::current(), None)
+    }
+
+    pub(crate) fn spawn(
+        key: InformerKey,
+        options: StoreOptions,
+        source: Source,
+        runtime: &tokio::runtime::Handle,
+        on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
+    ) -> Result<Arc<Self>> {
+        let key = key.normalized()?;
+        let mut merged = StoreOptions { indexes: Vec::new(), strip_managed_fields: options.strip_managed_fields };
+        merged.merge(&key, &options)?;
+        let store = Arc::new(Store::new(key.gvk(), merged.indexes.clone(), merged.strip_managed_fields));
+        let fanout = Fanout {
+            reflector: Reflector::new(store.clone()),
+            options: merged,
+            sinks: Vec::new(),
+            next_id: 0,
+            status: InformerStatus::default(),
+        };
+        let span = tracing::info_span!(
+            "informer",
+            informer.resource = %key.resource_name(),
+            informer.namespace = %key.namespace_label(),
+        );
+        let core = Arc::new(Core {
+            key,
+            fanout: Mutex::new(fanout),
+            store: RwLock::new(store),
+            synced: tokio::sync::watch::Sender::new(false),
+        });
+        let task = runtime.spawn(run(core.clone(), source).instrument(span)).abort_handle();
+        Ok(Arc::new(Self { core, task, on_drop }))
+    }
+
+    /// What this informer watches.
+    pub fn key(&self) -> &InformerKey {
+        &self.core.key
+    }
+
+    /// The store as it is now. Hold a [`Lister`] rather than this `Arc` to keep the informer
+    /// running (and to follow a store rebuilt with more indexes).
+    pub fn store(&self) -> Arc<Store> {
+        self.core.store.read().expect("informer store lock poisoned").clone()
+    }
+
+    /// A handle that reads the store and keeps the informer running.
+    pub fn lister(self: &Arc<Self>) -> Lister {
+        Lister { informer: self.clone() }
+    }
+
+    /// Whether the first list has completed.
+    pub fn has_synced(&self) -> bool {
+        *self.core.synced.borrow()
+    }
+
+    /// Waits until the first list has completed.
+    pub async fn wait_synced(&self) {
+        let mut synced = self.core.synced.subscribe();
+        // The sender lives in `core`, which `self` keeps alive: this cannot fail.
+        let _ = synced.wait_for(|synced| *synced).await;
+    }
+
+    /// What this informer has done so far.
+    pub fn status(&self) -> InformerStatus {
+        let fanout = self.core.lock();
+        InformerStatus {
+            objects: fanout.reflector.store().len(),
+            subscribers: fanout.sinks.len(),
+            ..fanout.status.clone()
+        }
+    }
+
+    /// The store options in effect (merged from every user).
+    pub fn options(&self) -> StoreOptions {
+        self.core.lock().options.clone()
+    }
+
+    /// Subscribes `sink`: it first receives the store's content as `Add { initial: true }` (in
+    /// key order) and `Synced` if the first list has completed, then every live delta. Dropping
+    /// the [`Subscription`] unsubscribes.
+    pub fn subscribe(self: &Arc<Self>, sink: Arc<dyn DeltaSink>) -> Subscription {
+        let mut fanout = self.core.lock();
+        for obj in fanout.reflector.store().snapshot() {
+            sink.push(Delta::Add { obj, initial: true });
+        }
+        if fanout.reflector.is_synced() {
+            sink.push(Delta::Synced);
+        }
+        let id = fanout.next_id;
+        fanout.next_id += 1;
+        fanout.sinks.push((id, sink));
+        Subscription { informer: self.clone(), id }
+    }
+
+    /// Makes the store carry `options` too: adds missing indexes (rebuilding the store, which
+    /// costs a second copy of it while it runs), keeps existing ones. Fails on an index name used
+    /// with another field, or when managed fields are needed but already stripped.
+    pub fn ensure_options(&self, options: &StoreOptions) -> Result<()> {
+        let mut fanout = self.core.lock();
+        let mut merged = fanout.options.clone();
+        merged.merge(&self.core.key, options)?;
+        if merged.strip_managed_fields != fanout.options.strip_managed_fields {
+            return Err(Error::ManagedFieldsStripped { resource: self.core.key.resource_name() });
+        }
+        if merged.indexes.len() == fanout.options.indexes.len() {
+            return Ok(());
+        }
+        let store = Arc::new(Store::new(self.core.key.gvk(), merged.indexes.clone(), merged.strip_managed_fields));
+        fanout.reflector.replace_store(store.clone());
+        *self.core.store.write().expect("informer store lock poisoned") = store;
+        fanout.options = merged;
+        Ok(())
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        self.core.lock().sinks.retain(|(sink_id, _)| *sink_id != id);
+    }
+}
+
+/// A subscription to an informer's deltas; dropping it unsubscribes (and stops the informer if
+/// it was the last handle).
+#[derive(Debug)]
+pub struct Subscription {
+    informer: Arc<Informer>,
+    id: u64,
+}
+
+impl Subscription {
+    /// The informer subscribed to.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.informer.unsubscribe(self.id);
+    }
+}
+
+/// Read access to an informer's store that keeps the informer running: what a plugin's lister
+/// grant holds.
+#[derive(Debug, Clone)]
+pub struct Lister {
+    informer: Arc<Informer>,
+}
+
+impl Lister {
+    /// The store as it is now (a store rebuilt with more indexes replaces the previous one).
+    pub fn store(&self) -> Arc<Store> {
+        self.informer.store()
+    }
+
+    /// Whether the store holds the first complete list.
+    pub fn has_synced(&self) -> bool {
+        self.informer.has_synced()
+    }
+
+    /// The informer behind this lister.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+#[cfg(test)]
+#[path = "informer_tests.rs"]
+mod tests;

@@ -1,0 +1,449 @@
+//! Starting kube's watcher for an [`InformerKey`] and explaining its failures.
+//!
+//! Objects are watched as [`DynamicObject`]s (built-in kinds and CRDs alike), or as
+//! [`PartialObjectMeta`] when the key asks for metadata only (kube 5 deprecates
+//! `metadata_watcher` in favour of `watcher` over `Api<PartialObjectMeta<K>>`, which sends the
+//! metadata-only `Accept` header). Either way each object becomes the `serde_json::Value` the
+//! store admits, with `apiVersion`/`kind` filled in (LIST items come without them).
+//!
+//! The watcher is configured like client-go's reflector: label and field selectors sent to the
+//! server, bookmarks on, LIST pages of [`WatchSettings::page_size`]. kube re-watches from the last
+//! resourceVersion when a watch closes and relists after `410 Gone`.
+//!
+//! **Streaming list or LIST.** A streaming list (`sendInitialEvents=true`, KEP-3157) serves the
+//! initial content from the watch cache instead of paginated LISTs. [`ListStrategy::Auto`] uses it
+//! when the server's (emulated) version is 1.34 or later, where the `WatchList` feature is on by
+//! default, and otherwise LISTs. A server that refuses the parameter (400/422, the feature gate off)
+//! or that does not finish the initial events within [`WatchSettings::initial_events_timeout`] (a
+//! server that ignores the parameter never marks their end) makes the informer fall back to LIST,
+//! and every later informer of the same factory starts with LIST.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::discovery::ApiResource;
+use kube::runtime::watcher::{self, Event};
+use kube::Client;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use super::InformerKey;
+
+/// How the initial content is fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListStrategy {
+    /// A streaming list on servers at 1.34 or later, LIST otherwise, falling back to LIST when the
+    /// server refuses or ignores streaming.
+    #[default]
+    Auto,
+    /// Paginated LIST, then WATCH.
+    List,
+    /// WATCH with `sendInitialEvents=true` (still falls back to LIST if refused).
+    Streaming,
+}
+
+/// Watch parameters shared by every informer of a factory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// Objects per LIST page (client-go's default is 500).
+    pub page_size: u32,
+    /// How the initial content is fetched.
+    pub list_strategy: ListStrategy,
+    /// Server-side timeout of each WATCH request, in seconds (kube's default is 290).
+    pub watch_timeout_secs: Option<u32>,
+    /// How long a streaming list may take to deliver its initial events before the informer
+    /// falls back to LIST.
+    pub initial_events_timeout: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            page_size: 500,
+            list_strategy: ListStrategy::Auto,
+            watch_timeout_secs: None,
+            initial_events_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A watch failure, with the resource and namespace it concerns. All are retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// RBAC forbids listing or watching the resource.
+    #[error("forbidden: cannot {verb} {resource} {} — grant list and watch on {resource} to {user}", scope(.namespace))]
+    Forbidden {
+        /// `list` or `watch`.
+        verb: &'static str,
+        /// The resource as RBAC names it (`pods`, `deployments.apps`).
+        resource: String,
+        /// The namespace watched; `None` for all namespaces or cluster scope.
+        namespace: Option<String>,
+        /// The user the server names in its refusal.
+        user: String,
+        /// The watcher's error.
+        #[source]
+        source: watcher::Error,
+    },
+    /// The resourceVersion fell out of the server's watch window (410 Gone): the watcher relists.
+    #[error("watch of {resource} {} expired (410 Gone); relisting", scope(.namespace))]
+    Expired {
+        /// The resource.
+        resource: String,
+        /// The namespace watched.
+        namespace: Option<String>,
+        /// The watcher's error.
+        #[source]
+        source: watcher::Error,
+    },
+    /// Any other failure: network, server error, undecodable response.
+    #[error("cannot {verb} {resource} {}", scope(.namespace))]
+    Failed {
+        /// `list` or `watch`.
+        verb: &'static str,
+        /// The resource.
+        resource: String,
+        /// The namespace watched.
+        namespace: Option<String>,
+        /// The watcher's error.
+        #[source]
+        source: watcher::Error,
+    },
+}
+
+fn scope(namespace: &Option<String>) -> String {
+    match namespace {
+        Some(ns) => format!("in namespace {ns:?}"),
+        None => "in all namespaces".to_owned(),
+    }
+}
+
+/// The API status code behind a watcher error, if the server answered.
+fn status_code(error: &watcher::Error) -> Option<u16> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// The server's own message behind a watcher error, if it answered with a status.
+fn status_message(error: &watcher::Error) -> Option<&str> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(&status.message),
+        watcher::Error::WatchError(status) => Some(&status.message),
+        _ => None,
+    }
+}
+
+impl WatchError {
+    /// Explains `source`, a failure of the watch of `key`.
+    pub fn new(key: &InformerKey, source: watcher::Error) -> Self {
+        let resource = key.resource_name();
+        let namespace = key.namespace.clone();
+        let verb = match source {
+            watcher::Error::InitialListFailed(_) => "list",
+            _ => "watch",
+        };
+        match status_code(&source) {
+            Some(403) => {
+                // `pods is forbidden: User "system:serviceaccount:ns:sa" cannot list resource …`
+                let user = status_message(&source)
+                    .and_then(|m| m.split_once("User \"")?.1.split_once('"').map(|(user, _)| user.to_owned()))
+                    .unwrap_or_else(|| "the informer's identity".to_owned());
+                WatchError::Forbidden { verb, resource, namespace, user, source }
+            }
+            Some(410) => WatchError::Expired { resource, namespace, source },
+            _ => WatchError::Failed { verb, resource, namespace, source },
+        }
+    }
+
+    /// The watcher's error this explains.
+    pub fn watcher_error(&self) -> &watcher::Error {
+        match self {
+            WatchError::Forbidden { source, .. } | WatchError::Expired { source, .. } | WatchError::Failed { source, .. } => {
+                source
+            }
+        }
+    }
+
+    /// One line for operators: this error and its cause (the server's message when it sent one).
+    pub fn describe(&self) -> String {
+        let source = self.watcher_error();
+        match (self, status_message(source)) {
+            (WatchError::Forbidden { .. }, _) => self.to_string(),
+            (_, Some(message)) if !message.is_empty() => format!("{self}: {message}"),
+            _ => {
+                let mut text = self.to_string();
+                let mut cause: Option<&dyn std::error::Error> = Some(source);
+                while let Some(err) = cause {
+                    text.push_str(": ");
+                    text.push_str(&err.to_string());
+                    cause = err.source();
+                }
+                text
+            }
+        }
+    }
+}
+
+/// Whether `error`, from a streaming list's watch, means the server does not accept streaming
+/// lists (the `WatchList` feature gate is off or the parameter is unknown).
+pub(crate) fn refuses_streaming(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(_) | watcher::Error::WatchError(_))
+        && matches!(status_code(error), Some(400 | 415 | 422))
+}
+
+/// A stream of watcher events with objects as JSON.
+pub type EventStream = BoxStream<'static, watcher::Result<Event<Value>>>;
+
+/// Maps the object(s) of a watcher event.
+pub fn map_event<K>(event: Event<K>, mut f: impl FnMut(K) -> Value) -> Event<Value> {
+    match event {
+        Event::Apply(obj) => Event::Apply(f(obj)),
+        Event::Delete(obj) => Event::Delete(f(obj)),
+        Event::InitApply(obj) => Event::InitApply(f(obj)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// A whole object as JSON, `apiVersion` and `kind` set from `resource` when missing.
+pub fn dynamic_value(obj: DynamicObject, resource: &ApiResource) -> Value {
+    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.entry("apiVersion").or_insert_with(|| resource.api_version.clone().into());
+        map.entry("kind").or_insert_with(|| resource.kind.clone().into());
+    }
+    value
+}
+
+/// An object's metadata as `PartialObjectMetadata` JSON, as client-go's metadata informer has it.
+pub fn metadata_value(obj: PartialObjectMeta<DynamicObject>) -> Value {
+    serde_json::json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": obj.metadata,
+    })
+}
+
+/// The watcher configuration for `key`.
+pub(crate) fn watcher_config(key: &InformerKey, settings: &WatchSettings, streaming: bool) -> watcher::Config {
+    let mut config = watcher::Config::default().page_size(settings.page_size);
+    if let Some(labels) = &key.label_selector {
+        config = config.labels(labels);
+    }
+    if let Some(fields) = &key.field_selector {
+        config = config.fields(fields);
+    }
+    if let Some(timeout) = settings.watch_timeout_secs {
+        config = config.timeout(timeout);
+    }
+    if streaming { config.streaming_lists() } else { config }
+}
+
+/// kube's watcher for `key`, objects as JSON.
+pub(crate) fn watch(client: Client, key: &InformerKey, config: watcher::Config) -> EventStream {
+    let resource = key.resource.clone();
+    if key.metadata_only {
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &key.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        watcher::watcher(api, config).map_ok(|event| map_event(event, metadata_value)).boxed()
+    } else {
+        let api: Api<DynamicObject> = match &key.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        watcher::watcher(api, config).map_ok(move |event| map_event(event, |obj| dynamic_value(obj, &resource))).boxed()
+    }
+}
+
+/// What a factory's informers know about the server's streaming-list support.
+#[derive(Debug, Default)]
+pub(crate) struct StreamingSupport {
+    by_version: OnceCell<bool>,
+    refused: AtomicBool,
+}
+
+impl StreamingSupport {
+    /// Whether to try a streaming list: the server is at 1.34 or later and no informer has seen
+    /// it refuse one.
+    async fn get(&self, client: &Client) -> bool {
+        if self.refused.load(Ordering::Relaxed) {
+            return false;
+        }
+        *self.by_version.get_or_init(|| async {
+            match client.apiserver_version().await {
+                Ok(info) => {
+                    let minor = info.emulation_minor.as_deref().unwrap_or(&info.minor);
+                    let major = info.emulation_major.as_deref().unwrap_or(&info.major);
+                    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+                    matches!((number(major), number(minor)), (Some(1), Some(m)) if m >= 34)
+                }
+                Err(error) => {
+                    tracing::info!(error = &error as &dyn std::error::Error, "server version unknown; using LIST");
+                    false
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// The watch of one key against a server: picks the list strategy, falls back from streaming to
+/// LIST, and never ends (kube's watcher recovers from every error).
+pub(crate) struct ApiSource {
+    client: Client,
+    key: InformerKey,
+    settings: WatchSettings,
+    support: Arc<StreamingSupport>,
+    stream: Option<EventStream>,
+    streaming: bool,
+    /// While a streaming list has not finished its initial events: when to give up on it.
+    deadline: Option<Instant>,
+}
+
+impl ApiSource {
+    pub(crate) fn new(client: Client, key: InformerKey, settings: WatchSettings, support: Arc<StreamingSupport>) -> Self {
+        Self { client, key, settings, support, stream: None, streaming: false, deadline: None }
+    }
+
+    /// The strategy in use (`List` or `Streaming`), once the watch has started.
+    pub(crate) fn strategy(&self) -> Option<ListStrategy> {
+        self.stream.as_ref().map(|_| if self.streaming { ListStrategy::Streaming } else { ListStrategy::List })
+    }
+
+    fn start(&mut self, streaming: bool) {
+        self.streaming = streaming;
+        self.deadline = streaming.then(|| Instant::now() + self.settings.initial_events_timeout);
+        let config = watcher_config(&self.key, &self.settings, streaming);
+        self.stream = Some(watch(self.client.clone(), &self.key, config));
+    }
+
+    fn fall_back(&mut self, reason: &'static str) {
+        tracing::warn!(reason, "streaming list unavailable; falling back to LIST");
+        self.support.refused.store(true, Ordering::Relaxed);
+        self.start(false);
+    }
+
+    /// The next watcher event or error.
+    pub(crate) async fn next(&mut self) -> watcher::Result<Event<Value>> {
+        if self.stream.is_none() {
+            let streaming = match self.settings.list_strategy {
+                ListStrategy::List => false,
+                ListStrategy::Streaming => true,
+                ListStrategy::Auto => self.support.get(&self.client).await,
+            };
+            self.start(streaming);
+        }
+        loop {
+            let stream = self.stream.as_mut().expect("started above");
+            let item = match self.deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(item) => item,
+                    Err(_) => {
+                        self.fall_back("initial events not finished in time");
+                        continue;
+                    }
+                },
+                None => stream.next().await,
+            };
+            // kube's watcher stream never ends; if it did, start over.
+            let Some(item) = item else {
+                self.start(self.streaming);
+                continue;
+            };
+            match &item {
+                Ok(Event::InitDone) => self.deadline = None,
+                Err(error) if self.deadline.is_some() && refuses_streaming(error) => {
+                    self.fall_back("server refused sendInitialEvents");
+                    continue;
+                }
+                _ => {}
+            }
+            return item;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::spec::InformerKey;
+
+    fn pods() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+    }
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        let mut status = kube::core::Status::failure(message, "Forbidden");
+        status.code = code;
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn forbidden_names_verb_resource_namespace_and_user() {
+        let key = InformerKey::new(pods(), true).namespace("prod");
+        let denied = api_error(
+            403,
+            "pods is forbidden: User \"system:serviceaccount:ops:wasmformer\" cannot list resource \"pods\" in API group \"\" in the namespace \"prod\"",
+        );
+        let err = WatchError::new(&key, watcher::Error::InitialListFailed(denied));
+        assert_eq!(
+            err.describe(),
+            "forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to system:serviceaccount:ops:wasmformer"
+        );
+        let err = WatchError::new(&InformerKey::new(pods(), true), watcher::Error::WatchStartFailed(api_error(500, "etcd down")));
+        assert_eq!(err.describe(), "cannot watch pods in all namespaces: etcd down");
+        assert!(matches!(
+            WatchError::new(&key, watcher::Error::WatchError(Box::new(kube::core::Status { code: 410, ..Default::default() }))),
+            WatchError::Expired { .. }
+        ));
+    }
+
+    #[test]
+    fn config_pushes_selectors_down_and_pages() {
+        let key = InformerKey::new(pods(), true).labels("app=web").fields("spec.nodeName=n1");
+        let config = watcher_config(&key, &WatchSettings { page_size: 50, ..WatchSettings::default() }, false);
+        assert_eq!(config.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(config.field_selector.as_deref(), Some("spec.nodeName=n1"));
+        assert_eq!(config.page_size, Some(50));
+        assert!(config.bookmarks);
+        assert_eq!(config.initial_list_strategy, watcher::InitialListStrategy::ListWatch);
+        let streaming = watcher_config(&key, &WatchSettings::default(), true);
+        assert_eq!(streaming.initial_list_strategy, watcher::InitialListStrategy::StreamingList);
+    }
+
+    #[test]
+    fn refusal_of_streaming_is_a_400_or_422_on_the_watch() {
+        assert!(refuses_streaming(&watcher::Error::WatchStartFailed(api_error(422, "sendInitialEvents is forbidden"))));
+        assert!(!refuses_streaming(&watcher::Error::WatchStartFailed(api_error(403, "no"))));
+        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(api_error(422, "no"))));
+    }
+
+    #[test]
+    fn values_carry_api_version_and_kind() {
+        let mut obj = DynamicObject::new("web", &pods()).within("prod");
+        obj.types = None; // as in a LIST response
+        let value = dynamic_value(obj, &pods());
+        assert_eq!((value["apiVersion"].as_str(), value["kind"].as_str()), (Some("v1"), Some("Pod")));
+        let metadata = kube::core::ObjectMeta { name: Some("web".into()), ..Default::default() };
+        let meta = PartialObjectMeta::<DynamicObject> { types: None, metadata, _phantom: std::marker::PhantomData };
+        let value = metadata_value(meta);
+        assert_eq!(value["kind"], "PartialObjectMetadata");
+        assert_eq!(value["metadata"]["name"], "web");
+    }
+}

@@ -1,0 +1,132 @@
+//! [`PluginEngine`]: the one wasmtime engine, its epoch ticker, and the compiled-component cache.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::Plugin as PluginWorld;
+use super::host::HostState;
+
+/// How often the epoch advances; deadlines are enforced to within about one tick.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Shared by every plugin: one engine (so compiled code and settings are shared), one linker
+/// with the host's imports, one epoch ticker, and where compiled components are cached.
+pub struct PluginEngine {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache_dir: Option<PathBuf>,
+    /// Advances the epoch while the engine lives; stopped and joined on drop.
+    _ticker: Ticker,
+}
+
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl PluginEngine {
+    /// An engine that caches compiled components under `cache_dir` (`None`: compile every time).
+    pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
+        let ticker = Self::start_ticker(&engine);
+        Ok(Self { engine, linker, cache_dir, _ticker: ticker })
+    }
+
+    /// The default compile cache directory: `$WASMFORMER_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/wasmformer`, else `~/.cache/wasmformer`, each with `/components`.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        let base = std::env::var_os("WASMFORMER_CACHE_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("wasmformer")))
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/wasmformer")))?;
+        Some(base.join("components"))
+    }
+
+    fn start_ticker(engine: &Engine) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (engine, flag) = (engine.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("wasmformer-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawn epoch ticker thread");
+        Ticker { stop, thread: Some(thread) }
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// Compiles `wasm` (hashed to `digest`), or loads it from the compile cache. A cached
+    /// artifact that this engine rejects is recompiled and replaced.
+    pub(crate) fn compile(&self, wasm: &[u8], digest: &str) -> wasmtime::Result<(Component, bool)> {
+        let Some(path) = self.cache_path(digest) else {
+            return Ok((Component::new(&self.engine, wasm)?, false));
+        };
+        if path.exists() {
+            // SAFETY: the file was written by `Component::serialize` of an engine with the same
+            // compatibility hash (it is part of the path), into a directory only this host writes.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(component) => return Ok((component, true)),
+                Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled component"),
+            }
+        }
+        let component = Component::new(&self.engine, wasm)?;
+        if let Err(e) = write_atomically(&path, &component.serialize()?) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write compiled component to the cache");
+        }
+        Ok((component, false))
+    }
+
+    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
+        let mut hasher = DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_key = format!("engine-{:016x}", hasher.finish());
+        Some(self.cache_dir.as_ref()?.join(engine_key).join(format!("{digest}.cwasm")))
+    }
+}
+
+/// The hex SHA-256 of `bytes`: a plugin version's identity.
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("cache path has a parent");
+    std::fs::create_dir_all(dir)?;
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let unique = format!("{}-{}", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed));
+    let tmp = dir.join(format!(".{unique}.{}.tmp", path.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}

@@ -1,0 +1,163 @@
+//! Why a plugin did not load ([`LoadError`]) or a call into it failed ([`CallError`]).
+//!
+//! Both name the plugin; a [`CallError`] is data the host logs and counts, never a host crash.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a plugin could not be loaded. The message names the plugin, the file and the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("plugin {plugin}: cannot read {path}")]
+    Read {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not WebAssembly at all.
+    #[error("plugin {plugin}: {path} is not a WebAssembly file (no \\0asm header)")]
+    NotWasm {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is a core WebAssembly module, not a component.
+    #[error(
+        "plugin {plugin}: {path} is a core WebAssembly module, not a component; build it with \
+         `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// wasmtime could not compile or validate the component.
+    #[error("plugin {plugin}: {path} does not compile")]
+    Compile {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's error.
+        #[source]
+        source: wasmtime::Error,
+    },
+    /// The component does not export the handler interface at all.
+    #[error("plugin {plugin}: {path} is not a wasmformer plugin: it exports {exports}, not {expected}")]
+    WrongWorld {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// What it exports instead.
+        exports: String,
+        /// What a plugin must export.
+        expected: String,
+    },
+    /// The component was built for a contract version this host does not accept.
+    #[error(
+        "plugin {plugin}: {path} was built for contract {found}, but this host accepts \
+         {accepted}; rebuild it with a matching wasmformer-guest"
+    )]
+    IncompatibleContract {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// The version it was built for.
+        found: String,
+        /// The versions this host accepts.
+        accepted: String,
+    },
+    /// The component imports something the host does not provide to plugins.
+    #[error("plugin {plugin}: {path} imports what the host does not provide")]
+    UnsatisfiedImport {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's error, naming the import.
+        #[source]
+        source: wasmtime::Error,
+    },
+    /// Instantiating or calling `init` failed.
+    #[error("plugin {plugin}: failed to start")]
+    Start {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        #[source]
+        source: CallError,
+    },
+}
+
+/// How a call trapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrapKind {
+    /// The call overran its deadline (epoch interruption or a late host call).
+    Deadline,
+    /// The instance tried to grow its memory past its limit.
+    MemoryLimit,
+    /// The wasm stack overflowed.
+    StackOverflow,
+    /// The guest executed `unreachable`, which is how a Rust panic or abort ends.
+    Unreachable,
+    /// Any other trap (out-of-bounds access, integer division by zero, …).
+    Other,
+}
+
+impl std::fmt::Display for TrapKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Deadline => "deadline exceeded",
+            Self::MemoryLimit => "memory limit exceeded",
+            Self::StackOverflow => "stack overflow",
+            Self::Unreachable => "panic or abort (wasm unreachable)",
+            Self::Other => "trap",
+        })
+    }
+}
+
+/// Why one call into a plugin failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The handler returned an error.
+    #[error("handler returned an error: {0}")]
+    Handler(String),
+    /// `init` returned an error.
+    #[error("init returned an error: {0}")]
+    Init(String),
+    /// The call trapped; the instance is discarded and recreated for the next event.
+    #[error("{kind} after {elapsed:?}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Trap {
+        /// What kind of trap.
+        kind: TrapKind,
+        /// How long the call ran.
+        elapsed: Duration,
+        /// The last line the plugin wrote to stderr (a panic message), if any.
+        detail: Option<String>,
+        /// wasmtime's error with the wasm backtrace.
+        #[source]
+        source: wasmtime::Error,
+    },
+    /// A fresh instance could not be created (after a trap).
+    #[error("cannot instantiate")]
+    Instantiate(#[source] wasmtime::Error),
+}
+
+impl CallError {
+    /// The trap kind, if the call trapped.
+    pub fn trap_kind(&self) -> Option<TrapKind> {
+        match self {
+            Self::Trap { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! What the host provides to plugins: the [`lister`] over granted stores, the [`log`], and WASI
+//! locked down to nothing but clocks, randomness and captured stdout/stderr ([`stdio`]).
+//!
+//! [`HostState`] is the per-instance store data. Every host call first checks the call's deadline
+//! and the plugin's grants; a refusal is logged with who asked for what.
+
+mod lister;
+mod log;
+mod stdio;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub use lister::Grants;
+pub(crate) use log::LogSink;
+pub use log::{LogLine, LogObserver, LogSource};
+
+use crate::cache::{CachedObject, Gvk};
+use crate::plugin::bindings::wasmformer::plugin::types;
+
+/// A host call was made after the call's deadline had passed.
+#[derive(Debug, thiserror::Error)]
+#[error("deadline exceeded during a host call")]
+pub(crate) struct DeadlineExceeded;
+
+/// The instance tried to grow its memory past the plugin's limit.
+#[derive(Debug, thiserror::Error)]
+#[error("memory limit of {limit} bytes exceeded (tried to grow to {desired} bytes)")]
+pub(crate) struct MemoryLimitExceeded {
+    pub limit: usize,
+    pub desired: usize,
+}
+
+/// Enforces the per-instance memory limit with a typed error, so the trap can be told apart.
+pub(crate) struct MemoryCap {
+    pub limit: usize,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.limit, desired }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// The data of one plugin instance's wasmtime store.
+pub struct HostState {
+    plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) memory: MemoryCap,
+    grants: Arc<Grants>,
+    pub(crate) log: Arc<Mutex<LogSink>>,
+    pub(crate) deadline: Instant,
+}
+
+impl HostState {
+    pub(crate) fn new(plugin: Arc<str>, memory_limit: usize, grants: Arc<Grants>, log: Arc<Mutex<LogSink>>) -> Self {
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdio::CapturedOutput::new(log.clone(), LogSource::Stdout))
+            .stderr(stdio::CapturedOutput::new(log.clone(), LogSource::Stderr))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            plugin,
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap { limit: memory_limit },
+            grants,
+            log,
+            deadline: Instant::now(),
+        }
+    }
+
+    /// Traps if the current call's deadline has passed: host calls count against it too.
+    fn check_deadline(&self) -> wasmtime::Result<()> {
+        if Instant::now() > self.deadline { Err(wasmtime::Error::new(DeadlineExceeded)) } else { Ok(()) }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl types::Host for HostState {}
+
+/// The WIT record for `obj` of kind `gvk`.
+pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
+    types::Object {
+        kind: wit_gvk(gvk),
+        namespace: obj.namespace().to_owned(),
+        name: obj.name().to_owned(),
+        uid: obj.uid().to_owned(),
+        resource_version: obj.resource_version().to_owned(),
+        labels: obj.labels().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        body: obj.body().to_owned(),
+    }
+}
+
+pub(crate) fn wit_gvk(gvk: &Gvk) -> types::Gvk {
+    types::Gvk { group: gvk.group.clone(), version: gvk.version.clone(), kind: gvk.kind.clone() }
+}

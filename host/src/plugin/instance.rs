@@ -1,0 +1,226 @@
+//! [`PluginInstance`]: the long-lived instance of one plugin version that events are delivered
+//! to, one call at a time, each under the plugin's deadline, memory and log limits.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+
+use super::bindings::Plugin as PluginBindings;
+use super::engine::EPOCH_TICK;
+use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded, wit_object};
+use super::{CallError, Limits, LoadedPlugin, TrapKind};
+use crate::cache::{CachedObject, Gvk};
+
+/// One informer event, as delivered to a plugin.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// An object was added; `initial` for objects of the initial list.
+    Add {
+        /// The object.
+        obj: Arc<CachedObject>,
+        /// Whether it came from the initial list.
+        initial: bool,
+    },
+    /// An object changed (on a resync, `old` and `new` are the same object).
+    Update {
+        /// The previous state.
+        old: Arc<CachedObject>,
+        /// The new state.
+        new: Arc<CachedObject>,
+    },
+    /// An object was deleted.
+    Delete {
+        /// The last known state.
+        obj: Arc<CachedObject>,
+        /// Whether the delete was inferred after a relist.
+        final_state_unknown: bool,
+    },
+}
+
+impl Event {
+    /// The object the event is about (the new state for an update).
+    pub fn object(&self) -> &Arc<CachedObject> {
+        match self {
+            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
+            Self::Update { new, .. } => new,
+        }
+    }
+
+    /// `add`, `update` or `delete`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Add { .. } => "add",
+            Self::Update { .. } => "update",
+            Self::Delete { .. } => "delete",
+        }
+    }
+}
+
+/// A running plugin: its wasmtime store and instance, recreated after a trap.
+pub struct PluginInstance {
+    plugin: LoadedPlugin,
+    name: Arc<str>,
+    limits: Limits,
+    grants: Arc<Grants>,
+    config: String,
+    log: Arc<Mutex<LogSink>>,
+    live: Option<Live>,
+    calls: u64,
+    failures: u64,
+    instantiations: u64,
+}
+
+struct Live {
+    store: Store<HostState>,
+    bindings: PluginBindings,
+}
+
+impl PluginInstance {
+    /// Instantiates `plugin` and calls its `init` with `config` (its config block as JSON).
+    pub fn start(
+        plugin: LoadedPlugin,
+        limits: Limits,
+        grants: Grants,
+        config: &serde_json::Value,
+        observer: Option<LogObserver>,
+    ) -> Result<Self, CallError> {
+        let name: Arc<str> = plugin.name().into();
+        let log = Arc::new(Mutex::new(LogSink::new(name.clone(), limits.log_bytes_per_call, observer)));
+        let mut instance = Self {
+            plugin,
+            name,
+            limits,
+            grants: Arc::new(grants),
+            config: config.to_string(),
+            log,
+            live: None,
+            calls: 0,
+            failures: 0,
+            instantiations: 0,
+        };
+        instance.ensure_live()?;
+        Ok(instance)
+    }
+
+    /// The plugin version this instance runs.
+    pub fn plugin(&self) -> &LoadedPlugin {
+        &self.plugin
+    }
+
+    /// Handler calls made, failed ones included.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// Handler calls that failed.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// How many times an instance was created (1 + recreations after traps).
+    pub fn instantiations(&self) -> u64 {
+        self.instantiations
+    }
+
+    /// Delivers `event` about an object of kind `gvk`. On a trap the instance is discarded; the
+    /// next call creates a fresh one (and calls `init` again).
+    pub fn handle(&mut self, gvk: &Gvk, event: &Event) -> Result<(), CallError> {
+        self.calls += 1;
+        let result = self.ensure_live().and_then(|_| {
+            self.call(|bindings, store| {
+                let handler = bindings.wasmformer_plugin_handler();
+                match event {
+                    Event::Add { obj, initial } => handler.call_on_add(store, &wit_object(gvk, obj), *initial),
+                    Event::Update { old, new } => {
+                        handler.call_on_update(store, &wit_object(gvk, old), &wit_object(gvk, new))
+                    }
+                    Event::Delete { obj, final_state_unknown } => {
+                        handler.call_on_delete(store, &wit_object(gvk, obj), *final_state_unknown)
+                    }
+                }
+            })?
+            .map_err(CallError::Handler)
+        });
+        if result.is_err() {
+            self.failures += 1;
+        }
+        result
+    }
+
+    /// Makes sure a live, initialised instance exists.
+    fn ensure_live(&mut self) -> Result<(), CallError> {
+        if self.live.is_some() {
+            return Ok(());
+        }
+        let state = HostState::new(self.name.clone(), self.limits.memory_bytes, self.grants.clone(), self.log.clone());
+        let mut store = Store::new(self.plugin.pre().engine(), state);
+        store.limiter(|s| &mut s.memory);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
+        let bindings = self.plugin.pre().instantiate(&mut store).map_err(CallError::Instantiate)?;
+        self.instantiations += 1;
+        self.live = Some(Live { store, bindings });
+        let config = self.config.clone();
+        let init = self.call(|bindings, store| bindings.wasmformer_plugin_handler().call_init(store, &config));
+        match init {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => {
+                self.live = None;
+                Err(CallError::Init(message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs one call with the deadline armed and the log budget reset. A trap discards the
+    /// instance.
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&PluginBindings, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let live = self.live.as_mut().expect("call on a live instance");
+        let started = Instant::now();
+        live.store.data_mut().deadline = started + self.limits.deadline;
+        live.store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
+        self.log.lock().expect("log sink lock poisoned").begin_call();
+        let result = f(&live.bindings, &mut live.store);
+        let last_stderr = self.log.lock().expect("log sink lock poisoned").end_call();
+        result.map_err(|source| {
+            self.live = None;
+            CallError::Trap { kind: classify(&source), elapsed: started.elapsed(), detail: last_stderr, source }
+        })
+    }
+}
+
+/// Epoch ticks for `deadline`, rounded up, plus one: the first tick may come at once.
+fn deadline_ticks(deadline: Duration) -> u64 {
+    (deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
+}
+
+fn classify(error: &wasmtime::Error) -> TrapKind {
+    if error.downcast_ref::<DeadlineExceeded>().is_some() {
+        return TrapKind::Deadline;
+    }
+    if error.downcast_ref::<MemoryLimitExceeded>().is_some() {
+        return TrapKind::MemoryLimit;
+    }
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => TrapKind::Deadline,
+        Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
+        Some(wasmtime::Trap::UnreachableCodeReached) => TrapKind::Unreachable,
+        _ => TrapKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rounds_up_to_whole_ticks_plus_one() {
+        assert_eq!(deadline_ticks(Duration::from_millis(100)), 21);
+        assert_eq!(deadline_ticks(Duration::from_millis(1)), 2);
+        assert_eq!(deadline_ticks(Duration::ZERO), 2);
+    }
+}

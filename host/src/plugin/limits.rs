@@ -1,0 +1,25 @@
+//! [`Limits`]: what one plugin instance may use per call.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Per-plugin resource limits. Every field has a default; the config names them as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Limits {
+    /// Wall-clock time one handler call may take, host calls included (`deadline: 100ms`).
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Linear memory one instance may grow to, in bytes (`memoryBytes: 67108864`, 64 MiB).
+    pub memory_bytes: usize,
+    /// Log and stdout/stderr bytes one call may write before the rest is dropped and counted
+    /// (`logBytesPerCall: 65536`).
+    pub log_bytes_per_call: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { deadline: Duration::from_millis(100), memory_bytes: 64 << 20, log_bytes_per_call: 64 << 10 }
+    }
+}

@@ -1,0 +1,40 @@
+//! The sandboxed plugin runtime: loading WebAssembly components and calling their handlers.
+//!
+//! - [`PluginEngine`] owns the one wasmtime `Engine`, the epoch ticker that enforces deadlines, and
+//!   the on-disk cache of compiled components.
+//! - [`LoadedPlugin`] is one plugin version: compiled once, its contract version checked, its
+//!   imports resolved against the host's linker (a pre-instantiated handle).
+//! - [`PluginInstance`] is the long-lived instance events are delivered to, one call at a time,
+//!   under the plugin's [`Limits`]; after a trap it is recreated from the `LoadedPlugin`.
+//! - [`host`] implements what plugins import: the lister, the log, and a locked-down WASI.
+//! - [`Backoff`] decides how long a repeatedly failing plugin waits before its next event.
+
+mod backoff;
+mod engine;
+mod error;
+pub mod host;
+mod instance;
+mod limits;
+mod load;
+
+/// Host-side bindings generated from `wit/`.
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "plugin",
+        imports: { default: trappable },
+    });
+}
+
+pub use backoff::Backoff;
+pub use engine::PluginEngine;
+pub use error::{CallError, LoadError, TrapKind};
+pub use host::{Grants, LogLine, LogObserver, LogSource};
+pub use instance::{Event, PluginInstance};
+pub use limits::Limits;
+pub use load::{ContractInfo, LoadedPlugin, inspect};
+
+/// The WIT package this host implements.
+pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
+/// The contract version this host implements; plugins built for any `0.1.x` are accepted.
+pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -1,0 +1,306 @@
+//! The replay script: a YAML (or JSON) document of objects and events.
+//!
+//! ```yaml
+//! initial:            # in the cache before the first event; delivered as initial adds
+//!   - {apiVersion: apps/v1, kind: ReplicaSet, metadata: {name: web-5d8, namespace: shop}}
+//! handles:            # optional: kinds the plugin receives (default: every kind in `events`)
+//!   - {apiVersion: v1, kind: Pod}
+//! read:               # optional: kinds the lister may read (default: every kind in the script)
+//!   - {apiVersion: apps/v1, kind: ReplicaSet}
+//! indexes:            # optional: custom indexes for the lister's `by-index`
+//!   - {apiVersion: v1, kind: Pod, name: pods-by-node, field: spec.nodeName}
+//! events:
+//!   - add: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+//!   - update: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop, labels: {a: b}}}
+//!   - delete: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+//!     finalStateUnknown: false
+//! ```
+//!
+//! Objects without `metadata.resourceVersion` get increasing ones in script order, and objects
+//! without `metadata.uid` get `uid-<namespace>-<name>`, so updates keep their uid.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::Stores;
+use crate::cache::{FieldPath, Gvk, IndexSpec, ObjectError, Store};
+
+/// A kind named as in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KindRef {
+    /// `v1`, `apps/v1`, …
+    pub api_version: String,
+    /// `Pod`, `Deployment`, …
+    pub kind: String,
+}
+
+impl KindRef {
+    fn gvk(&self) -> Gvk {
+        Gvk::from_api_version(&self.api_version, &self.kind)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScriptIndex {
+    api_version: String,
+    kind: String,
+    name: String,
+    field: FieldPath,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct StepDoc {
+    add: Option<Value>,
+    update: Option<Value>,
+    delete: Option<Value>,
+    #[serde(default)]
+    final_state_unknown: bool,
+}
+
+/// One scripted event.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Add this object.
+    Add(Value),
+    /// Replace the cached object with this one.
+    Update(Value),
+    /// Delete the cached object with this one's namespace and name.
+    Delete {
+        /// Names the object.
+        value: Value,
+        /// Deliver the delete as inferred after a relist.
+        final_state_unknown: bool,
+    },
+}
+
+/// A parsed replay script.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Script {
+    #[serde(default)]
+    initial: Vec<Value>,
+    handles: Option<Vec<KindRef>>,
+    read: Option<Vec<KindRef>>,
+    #[serde(default)]
+    indexes: Vec<ScriptIndex>,
+    #[serde(default)]
+    events: Vec<StepDoc>,
+}
+
+/// Why a script cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read event script {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid script (the error gives line and column).
+    #[error("invalid event script {path}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        #[source]
+        source: serde_saphyr::Error,
+    },
+    /// A step or object is malformed.
+    #[error("{at}: {reason}")]
+    Invalid {
+        /// Where: `events[3]`, `initial[0]`.
+        at: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An object cannot be cached.
+    #[error("{what} object is invalid")]
+    Object {
+        /// Which step kind.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: ObjectError,
+    },
+    /// An update names an object that is not in the cache.
+    #[error("update of {0}, which is not in the cache (add it first)")]
+    UpdateOfUnknown(String),
+    /// A delete names an object that is not in the cache.
+    #[error("delete of {0}, which is not in the cache")]
+    DeleteOfUnknown(String),
+}
+
+impl ScriptError {
+    pub(crate) fn object(what: &'static str, source: ObjectError) -> Self {
+        Self::Object { what, source }
+    }
+
+    fn invalid(at: String, reason: impl Into<String>) -> Self {
+        Self::Invalid { at, reason: reason.into() }
+    }
+}
+
+impl Script {
+    /// Reads a script from a YAML or JSON file.
+    pub fn load(path: &Path) -> Result<Self, ScriptError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|source| ScriptError::Parse { path: path.to_owned(), source })
+    }
+
+    /// Parses a script from YAML or JSON text.
+    pub fn parse(text: &str) -> Result<Self, serde_saphyr::Error> {
+        serde_saphyr::from_str(text)
+    }
+
+    /// The initial objects with their kinds, defaults filled in.
+    pub fn initial_objects(&self) -> Result<Vec<(Gvk, Value)>, ScriptError> {
+        Ok(self.numbered()?.0)
+    }
+
+    /// The events with their kinds, defaults filled in.
+    pub fn steps(&self) -> Result<Vec<(Gvk, Step)>, ScriptError> {
+        Ok(self.numbered()?.1)
+    }
+
+    /// Fills in resourceVersions (in script order) and uids.
+    #[allow(clippy::type_complexity)]
+    fn numbered(&self) -> Result<(Vec<(Gvk, Value)>, Vec<(Gvk, Step)>), ScriptError> {
+        let mut rv = 0u64;
+        let mut fill = |at: String, mut value: Value| -> Result<(Gvk, Value), ScriptError> {
+            let gvk = kind_of(&at, &value)?;
+            let metadata = value
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .ok_or_else(|| ScriptError::invalid(at.clone(), "object has no metadata"))?;
+            rv += 1;
+            metadata.entry("resourceVersion").or_insert_with(|| Value::String(rv.to_string()));
+            let text = |k: &str| metadata.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let uid = format!("uid-{}-{}", text("namespace"), text("name"));
+            metadata.entry("uid").or_insert(Value::String(uid));
+            Ok((gvk, value))
+        };
+        let initial = self.initial.iter().enumerate().map(|(i, v)| fill(format!("initial[{i}]"), v.clone())).collect::<Result<_, _>>()?;
+        let mut steps = Vec::new();
+        for (i, doc) in self.events.iter().enumerate() {
+            let at = format!("events[{i}]");
+            let (gvk, step) = match (&doc.add, &doc.update, &doc.delete) {
+                (Some(v), None, None) => fill(at, v.clone()).map(|(g, v)| (g, Step::Add(v)))?,
+                (None, Some(v), None) => fill(at, v.clone()).map(|(g, v)| (g, Step::Update(v)))?,
+                (None, None, Some(v)) => {
+                    let (g, value) = fill(at, v.clone())?;
+                    (g, Step::Delete { value, final_state_unknown: doc.final_state_unknown })
+                }
+                _ => return Err(ScriptError::invalid(at, "a step has exactly one of add, update, delete")),
+            };
+            steps.push((gvk, step));
+        }
+        Ok((initial, steps))
+    }
+
+    /// Every kind the script mentions.
+    fn kinds(&self) -> Result<BTreeSet<Gvk>, ScriptError> {
+        let (initial, steps) = self.numbered()?;
+        let mut kinds: BTreeSet<Gvk> = initial.into_iter().map(|(g, _)| g).chain(steps.into_iter().map(|(g, _)| g)).collect();
+        kinds.extend(self.handles.iter().flatten().chain(self.read.iter().flatten()).map(KindRef::gvk));
+        kinds.extend(self.indexes.iter().map(|i| Gvk::from_api_version(&i.api_version, &i.kind)));
+        Ok(kinds)
+    }
+
+    /// The kinds delivered to the plugin: `handles`, or every kind in `events`.
+    pub fn handled_kinds(&self) -> BTreeSet<Gvk> {
+        match &self.handles {
+            Some(kinds) => kinds.iter().map(KindRef::gvk).collect(),
+            None => self.steps().map(|s| s.into_iter().map(|(g, _)| g).collect()).unwrap_or_default(),
+        }
+    }
+
+    /// The kinds the lister may read: `read` plus handled kinds, or every kind in the script.
+    pub fn readable_kinds(&self) -> BTreeSet<Gvk> {
+        match &self.read {
+            Some(kinds) => kinds.iter().map(KindRef::gvk).chain(self.handled_kinds()).collect(),
+            None => self.kinds().unwrap_or_default(),
+        }
+    }
+
+    /// One store per kind, with the script's indexes.
+    pub(crate) fn stores(&self) -> Result<Stores, ScriptError> {
+        let mut indexes: HashMap<Gvk, Vec<IndexSpec>> = HashMap::new();
+        for index in &self.indexes {
+            let spec = IndexSpec { name: index.name.clone(), path: index.field.clone() };
+            indexes.entry(Gvk::from_api_version(&index.api_version, &index.kind)).or_default().push(spec);
+        }
+        Ok(self
+            .kinds()?
+            .into_iter()
+            .map(|gvk| {
+                let store = Store::new(gvk.clone(), indexes.remove(&gvk).unwrap_or_default(), true);
+                (gvk, Arc::new(store))
+            })
+            .collect())
+    }
+}
+
+fn kind_of(at: &str, value: &Value) -> Result<Gvk, ScriptError> {
+    let field = |k: &str| value.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    match (field("apiVersion"), field("kind")) {
+        (Some(api_version), Some(kind)) => Ok(Gvk::from_api_version(api_version, kind)),
+        _ => Err(ScriptError::invalid(at.to_owned(), "object needs apiVersion and kind")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = r#"
+initial:
+  - {apiVersion: apps/v1, kind: ReplicaSet, metadata: {name: rs, namespace: shop}}
+events:
+  - add: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: shop}}
+  - update: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: shop, labels: {a: b}}}
+  - delete: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: shop}}
+    finalStateUnknown: true
+"#;
+
+    #[test]
+    fn numbers_resource_versions_and_keeps_uids_stable() {
+        let script = Script::parse(SCRIPT).unwrap();
+        let steps = script.steps().unwrap();
+        let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+        let Step::Add(add) = &steps[0].1 else { panic!() };
+        let Step::Update(update) = &steps[1].1 else { panic!() };
+        assert_eq!((rv(add), rv(update)), ("2".to_owned(), "3".to_owned()));
+        assert_eq!(add["metadata"]["uid"], update["metadata"]["uid"]);
+        assert!(matches!(steps[2].1, Step::Delete { final_state_unknown: true, .. }));
+    }
+
+    #[test]
+    fn handled_kinds_default_to_event_kinds_and_reads_to_all() {
+        let script = Script::parse(SCRIPT).unwrap();
+        let pod = Gvk::from_api_version("v1", "Pod");
+        let rs = Gvk::from_api_version("apps/v1", "ReplicaSet");
+        assert_eq!(script.handled_kinds(), BTreeSet::from([pod.clone()]));
+        assert_eq!(script.readable_kinds(), BTreeSet::from([pod, rs]));
+    }
+
+    #[test]
+    fn rejects_steps_without_exactly_one_action_and_unknown_fields() {
+        let both = "events:\n  - {add: {apiVersion: v1, kind: Pod, metadata: {name: a}}, delete: {apiVersion: v1, kind: Pod, metadata: {name: a}}}\n";
+        let err = Script::parse(both).unwrap().steps().unwrap_err();
+        assert_eq!(err.to_string(), "events[0]: a step has exactly one of add, update, delete");
+        let err = Script::parse("evnts: []").unwrap_err().to_string();
+        assert!(err.contains("unknown field `evnts`"), "{err}");
+        let no_kind = Script::parse("events:\n  - add: {metadata: {name: a}}\n").unwrap().steps().unwrap_err();
+        assert_eq!(no_kind.to_string(), "events[0]: object needs apiVersion and kind");
+    }
+}
