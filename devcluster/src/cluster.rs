@@ -224,8 +224,7 @@ impl DevCluster {
     }
 
     fn signal_stop(&mut self) {
-        self.faults.clear();
-        self.faults.close_watches();
+        self.faults.stop();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -93,6 +93,17 @@ fn resource_entries(ty: &ResourceType) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if ty.scale_subresource {
+        entries.push(json!({
+            "name": format!("{}/scale", ty.id.resource),
+            "singularName": "",
+            "namespaced": ty.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
     entries
 }
 

@@ -100,6 +100,7 @@ struct Inner {
     close: watch::Sender<u64>,
     paused: watch::Sender<bool>,
     rules: Mutex<Vec<Rule>>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Faults {
@@ -110,6 +111,7 @@ impl Faults {
                 close: watch::channel(0).0,
                 paused: watch::channel(false).0,
                 rules: Mutex::new(Vec::new()),
+                stopping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -198,11 +200,25 @@ impl Faults {
         self.inner.close.subscribe()
     }
 
+    /// The server is shutting down: release held requests, end watches, refuse new requests.
+    pub(crate) fn stop(&self) {
+        self.inner.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.clear();
+        self.close_watches();
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Applies pause, delay and failure to a request before it is served.
     pub(crate) async fn gate(&self, record: &RequestRecord) -> Result<(), ApiStatus> {
         let mut paused = self.inner.paused.subscribe();
         // The sender lives as long as `self`, so this only returns once resumed.
         let _ = paused.wait_for(|p| !p).await;
+        if self.is_stopping() {
+            return Err(ApiStatus::new(503, "ServiceUnavailable", "the dev cluster is shutting down"));
+        }
         let delay = self.take(record, |a| match a {
             Action::Delay(d) => Some(*d),
             Action::Fail(_) => None,

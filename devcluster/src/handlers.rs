@@ -13,7 +13,7 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    control, discovery,
+    control, discovery, scale,
     faults::Faults,
     list::{self, ListOptions},
     patch::Patch,
@@ -193,6 +193,44 @@ fn deleted_status(ty: &ResourceType, object: &Value) -> Value {
     })
 }
 
+/// Bodies in these encodings (kubectl's typed clients send protobuf) are not decoded.
+fn check_content_type(parts: &Parts) -> Result<(), ApiStatus> {
+    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.contains("protobuf") || content_type.contains("cbor") {
+        return Err(ApiStatus::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the wasmformer dev cluster only accepts JSON request bodies, not {content_type:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET`, `PUT` and `PATCH` of `.../scale`.
+async fn scale_request(
+    app: &App,
+    parts: &Parts,
+    body: Body,
+    path: &ResourcePath,
+    ty: &ResourceType,
+    verb: Verb,
+) -> Result<Response, ApiStatus> {
+    let key = ObjectKey::new(ty.id.clone(), path.namespace.as_deref(), path.name.clone().unwrap_or_default());
+    let wanted = match verb {
+        Verb::Get => return Ok(json_response(StatusCode::OK, &scale::of(&*app.store.get(&key)?))),
+        Verb::Update => parse_object(&read_body(body).await?)?,
+        Verb::Patch => {
+            let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let patch = Patch::decode(content_type, &read_body(body).await?).map_err(|e| ApiStatus::from(&e))?;
+            let current = scale::of(&*app.store.get(&key)?);
+            patch.apply_to(&current).map_err(|e| ApiStatus::from(&e))?
+        }
+        _ => return Err(ApiStatus::method_not_allowed(parts.method.as_str())),
+    };
+    let updated = app.store.patch(&key, &scale::to_patch(&wanted)?, Part::Main)?;
+    Ok(json_response(StatusCode::OK, &scale::of(&updated)))
+}
+
 async fn resource(
     app: &App,
     parts: &Parts,
@@ -205,14 +243,16 @@ async fn resource(
     if path.namespace.is_some() && !ty.namespaced {
         return Err(ApiStatus::unknown_path());
     }
-    let part = match path.subresource.as_deref() {
-        None => Part::Main,
-        Some("status") if ty.status_subresource => Part::Status,
-        Some(_) => return Err(ApiStatus::unknown_path()),
-    };
+    check_content_type(parts)?;
     if query.get("dryRun").is_some() {
         return Err(ApiStatus::bad_request("dryRun is not supported by the wasmformer dev cluster"));
     }
+    let part = match path.subresource.as_deref() {
+        None => Part::Main,
+        Some("status") if ty.status_subresource => Part::Status,
+        Some("scale") if ty.scale_subresource => return scale_request(app, parts, body, path, &ty, verb).await,
+        Some(_) => return Err(ApiStatus::unknown_path()),
+    };
     let api_version = ty.api_version(&path.version);
     let table = table_request(&parts.headers, query);
     let namespace = path.namespace.as_deref();
@@ -231,7 +271,7 @@ async fn resource(
                 options,
                 table,
                 bookmark_interval: app.bookmark_interval,
-                closer: app.faults.watch_closer(),
+                faults: app.faults.clone(),
                 ty,
             })
             .await

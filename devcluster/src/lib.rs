@@ -27,6 +27,7 @@ pub mod patch;
 pub mod request_log;
 pub mod resources;
 mod routes;
+mod scale;
 pub mod selectors;
 pub mod simulate;
 pub mod status;

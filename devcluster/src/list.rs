@@ -90,7 +90,6 @@ pub(crate) struct ListOptions {
     /// `None` when unset or empty; `Some(0)` for "0".
     pub resource_version: Option<u64>,
     pub version_match: Option<VersionMatch>,
-    pub watch: bool,
     pub allow_bookmarks: bool,
     pub timeout: Option<Duration>,
     pub send_initial_events: Option<bool>,
@@ -173,7 +172,6 @@ impl ListOptions {
             continue_token,
             resource_version,
             version_match,
-            watch,
             allow_bookmarks,
             timeout: number("timeoutSeconds")?.map(Duration::from_secs),
             send_initial_events,

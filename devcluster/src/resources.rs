@@ -78,6 +78,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Whether `/status` is a separate subresource (updates to the main resource keep the status).
     pub status_subresource: bool,
+    /// Whether `/scale` serves an `autoscaling/v1` `Scale` of `.spec.replicas`.
+    pub scale_subresource: bool,
     /// Field-selector labels accepted besides `metadata.name` and `metadata.namespace`.
     pub field_labels: Vec<String>,
 }
@@ -193,6 +195,9 @@ const BUILTINS: &[Builtin] = &[
     ),
 ];
 
+/// `apps` resources with a `/scale` subresource.
+const SCALABLE: &[&str] = &["deployments", "replicasets", "statefulsets"];
+
 /// Resources kubectl lists for `kubectl get all`.
 const CATEGORY_ALL: &[&str] = &["pods", "services", "daemonsets", "deployments", "replicasets", "statefulsets"];
 
@@ -220,6 +225,7 @@ impl Registry {
                     Vec::new()
                 },
                 status_subresource: status,
+                scale_subresource: group == "apps" && SCALABLE.contains(&plural),
                 field_labels: fields.iter().map(|s| s.to_string()).collect(),
             });
         }

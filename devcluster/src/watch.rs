@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
+    faults::Faults,
     list::{self, ListOptions, Selection},
     resources::ResourceType,
     status::ApiStatus,
@@ -63,7 +64,7 @@ pub(crate) struct WatchSetup {
     pub options: ListOptions,
     pub table: Option<IncludeObject>,
     pub bookmark_interval: Duration,
-    pub closer: watch::Receiver<u64>,
+    pub faults: Faults,
 }
 
 #[derive(Serialize)]
@@ -75,6 +76,7 @@ struct Line<'a> {
 
 struct WatchStream {
     setup: WatchSetup,
+    closer: watch::Receiver<u64>,
     api_version: String,
     latest: watch::Receiver<u64>,
     cursor: u64,
@@ -116,6 +118,7 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
         deadline: now + setup.options.timeout.unwrap_or(DEFAULT_TIMEOUT),
         next_bookmark: now + setup.bookmark_interval,
         end_marker: start == Start::Snapshot { end_marker: true },
+        closer: setup.faults.watch_closer(),
         setup,
         latest,
         cursor,
@@ -184,7 +187,7 @@ impl WatchStream {
     }
 
     fn closed(&self) -> bool {
-        self.setup.closer.has_changed().unwrap_or(true) || Instant::now() >= self.deadline
+        self.closer.has_changed().unwrap_or(true) || self.setup.faults.is_stopping() || Instant::now() >= self.deadline
     }
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
@@ -244,7 +247,7 @@ impl WatchStream {
             let bookmarks = self.setup.options.allow_bookmarks;
             tokio::select! {
                 changed = self.latest.changed() => if changed.is_err() { self.done = true; return None },
-                _ = self.setup.closer.changed() => { self.done = true; return None },
+                _ = self.closer.changed() => { self.done = true; return None },
                 () = tokio::time::sleep_until(self.deadline) => { self.done = true; return None },
                 () = tokio::time::sleep_until(self.next_bookmark), if bookmarks => {
                     self.next_bookmark = Instant::now() + self.setup.bookmark_interval;

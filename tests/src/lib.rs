@@ -53,3 +53,63 @@ pub fn shared_dir() -> PathBuf {
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use wasmformer::plugin::{LogLine, LogObserver};
+
+/// Collects what plugins log; the recorder guest logs one JSON object per call.
+#[derive(Clone, Default)]
+pub struct Recorded {
+    lines: Arc<Mutex<Vec<LogLine>>>,
+}
+
+impl Recorded {
+    /// A log observer that records here.
+    pub fn observer(&self) -> LogObserver {
+        let lines = self.lines.clone();
+        Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.clone()))
+    }
+
+    /// The JSON lines `plugin` logged so far.
+    pub fn events(&self, plugin: &str) -> Vec<Value> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| &*l.plugin == plugin)
+            .filter_map(|l| serde_json::from_str(&l.message).ok())
+            .collect()
+    }
+
+    /// Waits until `plugin` logged at least `count` JSON lines (panics after `timeout`).
+    pub async fn wait_for(&self, plugin: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let events = self.events(plugin);
+            if events.len() >= count {
+                return events;
+            }
+            assert!(Instant::now() < deadline, "{plugin} logged {} of {count} events in {timeout:?}: {events:#?}", events.len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `event name` of each recorded event, e.g. `add web-1`, for order assertions.
+pub fn summary(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            let mut s = format!("{} {}", e["event"].as_str().unwrap_or("?"), e["name"].as_str().unwrap_or("?"));
+            if e["initial"] == true {
+                s.push_str(" initial");
+            }
+            if e["finalStateUnknown"] == true {
+                s.push_str(" final-state-unknown");
+            }
+            s
+        })
+        .collect()
+}

@@ -351,6 +351,7 @@ pub(crate) fn type_from_crd(crd: &Value) -> Result<ResourceType, Error> {
         short_names: strings("/names/shortNames"),
         categories: strings("/names/categories"),
         status_subresource: versions.iter().any(|v| v.pointer("/subresources/status").is_some()),
+        scale_subresource: false,
         field_labels: versions
             .iter()
             .flat_map(|v| v["selectableFields"].as_array().into_iter().flatten())

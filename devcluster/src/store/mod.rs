@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 pub use history::{EventKind, Expired, StoredEvent};
-pub(crate) use read::{Page, PageRequest};
+pub(crate) use read::PageRequest;
 
 use self::{
     admission::{IdSource, meta_str, metadata_mut},

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use super::*;
+use super::{read::Page, *};
 
 fn cm(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": data})

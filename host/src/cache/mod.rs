@@ -15,3 +15,18 @@ pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
 pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
 pub use selector::{LabelSelector, SelectorError};
 pub use store::{Store, UnknownIndex};
+
+use std::sync::Arc;
+
+/// Yields the current store of one kind. An informer may rebuild its store (when a plugin added
+/// later needs another index), so readers keep a source, not a store, and ask it on each read.
+pub trait StoreSource: Send + Sync + std::fmt::Debug {
+    /// The store as it is now.
+    fn current(&self) -> Arc<Store>;
+}
+
+impl StoreSource for Arc<Store> {
+    fn current(&self) -> Arc<Store> {
+        self.clone()
+    }
+}

@@ -2,6 +2,8 @@
 
 mod inspect;
 mod replay;
+mod run;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,13 +47,18 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Show the contract version, exports and imports a plugin was built with.
     Inspect(inspect::InspectArgs),
+    /// Run the host against a cluster: shared informers, the indexed cache and the plugins.
+    Run(run::RunArgs),
+    /// Check a host configuration and report every problem with its location.
+    Validate(validate::ValidateArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) => "warn,plugin=off",
+        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) => "warn,plugin=off",
+        Command::Run(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -67,5 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Replay(replay) => replay::run(replay, cache_dir),
         Command::Inspect(inspect) => inspect::run(inspect, cache_dir),
+        Command::Run(run) => run::run(run, cache_dir),
+        Command::Validate(validate) => validate::run(validate, cache_dir),
     }
 }

@@ -101,8 +101,7 @@ impl InformerFactory {
     /// The running informer for `key`, if any.
     pub fn get(&self, key: &InformerKey) -> Option<Arc<Informer>> {
         let key = key.clone().normalized().ok()?;
-        let informer = self.inner.lock().get(&key).and_then(Weak::upgrade);
-        informer
+        self.inner.lock().get(&key).and_then(Weak::upgrade)
     }
 
     /// A lister for the running informer of `key`, if any.

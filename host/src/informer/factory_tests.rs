@@ -290,6 +290,22 @@ async fn a_server_ignoring_send_initial_events_falls_back_after_the_timeout() {
     assert_eq!(log.count("sendInitialEvents=true"), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_forbidden_streaming_list_is_retried_not_mistaken_for_missing_support() {
+    let (client, log) = fake_api::client(|target| {
+        if target.starts_with("/version") {
+            return fake_api::version(34);
+        }
+        Reply::Json(403, status(403, "Forbidden", "pods is forbidden: User \"u\" cannot watch resource \"pods\""))
+    });
+    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    tokio::time::sleep(Duration::from_secs(300)).await; // virtual time, past initial_events_timeout
+    assert!(log.count("sendInitialEvents=true") >= 4, "{:?}", log.all());
+    assert_eq!(log.all().iter().filter(|r| r.contains("/pods") && !is_watch(r)).count(), 0, "no fallback to LIST");
+    assert!(informer.status().last_error.unwrap().message.starts_with("forbidden: cannot watch pods in all namespaces"));
+}
+
 #[tokio::test]
 async fn metadata_only_informers_ask_for_and_cache_partial_object_metadata() {
     let (client, log) = fake_api::client(|target| {

@@ -312,7 +312,8 @@ pub(crate) struct ApiSource {
     support: Arc<StreamingSupport>,
     stream: Option<EventStream>,
     streaming: bool,
-    /// While a streaming list has not finished its initial events: when to give up on it.
+    /// While a streaming list's watch is open but its initial events have not ended: when to
+    /// give up on it (failures to open the watch do not count).
     deadline: Option<Instant>,
 }
 
@@ -328,7 +329,7 @@ impl ApiSource {
 
     fn start(&mut self, streaming: bool) {
         self.streaming = streaming;
-        self.deadline = streaming.then(|| Instant::now() + self.settings.initial_events_timeout);
+        self.deadline = None;
         let config = watcher_config(&self.key, &self.settings, streaming);
         self.stream = Some(watch(self.client.clone(), &self.key, config));
     }
@@ -367,8 +368,12 @@ impl ApiSource {
                 continue;
             };
             match &item {
+                // The streaming list's watch is established: its initial events must now end.
+                Ok(Event::Init) if self.streaming => {
+                    self.deadline = Some(Instant::now() + self.settings.initial_events_timeout);
+                }
                 Ok(Event::InitDone) => self.deadline = None,
-                Err(error) if self.deadline.is_some() && refuses_streaming(error) => {
+                Err(error) if self.streaming && refuses_streaming(error) => {
                     self.fall_back("server refused sendInitialEvents");
                     continue;
                 }

@@ -159,7 +159,7 @@ impl Script {
 
     /// Parses a script from YAML or JSON text.
     pub fn parse(text: &str) -> Result<Self, serde_saphyr::Error> {
-        serde_saphyr::from_str(text)
+        crate::yaml::from_str(text)
     }
 
     /// The initial objects with their kinds, defaults filled in.

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{HostState, wit_object};
-use crate::cache::{Gvk, LabelSelector, Store};
+use crate::cache::{Gvk, LabelSelector, Store, StoreSource};
 use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
 /// The stores one plugin may read, by kind. A kind it handles is granted too.
 #[derive(Debug, Default, Clone)]
 pub struct Grants {
-    stores: HashMap<Gvk, Arc<Store>>,
+    stores: HashMap<Gvk, Arc<dyn StoreSource>>,
 }
 
 impl Grants {
@@ -22,13 +22,18 @@ impl Grants {
 
     /// Grants read access to `store`'s kind.
     pub fn grant(&mut self, store: Arc<Store>) -> &mut Self {
-        self.stores.insert(store.gvk().clone(), store);
+        self.grant_source(store.gvk().clone(), Arc::new(store))
+    }
+
+    /// Grants read access to `gvk` through `source` (an informer's lister).
+    pub fn grant_source(&mut self, gvk: Gvk, source: Arc<dyn StoreSource>) -> &mut Self {
+        self.stores.insert(gvk, source);
         self
     }
 
-    /// The store for `gvk`, if granted.
-    pub fn store(&self, gvk: &Gvk) -> Option<&Arc<Store>> {
-        self.stores.get(gvk)
+    /// The current store for `gvk`, if granted.
+    pub fn store(&self, gvk: &Gvk) -> Option<Arc<Store>> {
+        self.stores.get(gvk).map(|source| source.current())
     }
 
     /// The granted kinds.
@@ -46,7 +51,7 @@ impl HostState {
     fn granted(&self, kind: types::Gvk, call: &str) -> Result<Arc<Store>, Error> {
         let gvk = host_gvk(kind);
         match self.grants.store(&gvk) {
-            Some(store) => Ok(store.clone()),
+            Some(store) => Ok(store),
             None => {
                 tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
                 Err(Error::Forbidden(format!("plugin {} is not granted {gvk}; add it to the plugin's `read` list", self.plugin)))

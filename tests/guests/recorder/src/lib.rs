@@ -1,20 +1,35 @@
 //! Logs every call as one JSON line, so tests can compare what a plugin saw with what happened.
-//! Config `{"tag": "v1"}` adds a tag (hot-swap tests tell versions apart by it).
+//! Config: `tag` (hot-swap tests tell versions apart by it), `lookup: true` (also reads the
+//! event's object back through the lister and records the resourceVersion it saw), `sleepMs`
+//! (sleeps in every handler: a slow plugin).
 
 use wasmformer_guest::serde_json::{Value, json};
-use wasmformer_guest::{Object, Plugin, Result, info};
+use wasmformer_guest::{ListerError, Object, Plugin, Result, info, lister};
 
 #[derive(Default)]
 struct Recorder {
     tag: String,
+    lookup: bool,
+    sleep_ms: u64,
 }
 
 impl Recorder {
     fn record(&self, event: &str, obj: &Object, extra: Value) {
+        if self.sleep_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(self.sleep_ms));
+        }
         let mut line = json!({
             "tag": self.tag, "event": event, "namespace": obj.namespace(), "name": obj.name(),
             "uid": obj.uid(), "resourceVersion": obj.resource_version(), "kind": obj.kind().kind,
         });
+        if self.lookup {
+            let seen = match lister::get_object(obj.kind(), obj.namespace(), obj.name()) {
+                Ok(cached) => json!(cached.resource_version()),
+                Err(ListerError::NotFound) => json!("not-found"),
+                Err(e) => json!(e.to_string()),
+            };
+            line["listerResourceVersion"] = seen;
+        }
         if let (Value::Object(line), Value::Object(extra)) = (&mut line, extra) {
             line.extend(extra);
         }
@@ -25,6 +40,8 @@ impl Recorder {
 impl Plugin for Recorder {
     fn init(&mut self, config: Value) -> Result<()> {
         self.tag = config.get("tag").and_then(Value::as_str).unwrap_or_default().to_owned();
+        self.lookup = config.get("lookup").and_then(Value::as_bool).unwrap_or(false);
+        self.sleep_ms = config.get("sleepMs").and_then(Value::as_u64).unwrap_or(0);
         Ok(())
     }
 

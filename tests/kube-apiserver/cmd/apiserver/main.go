@@ -196,9 +196,11 @@ func run(o options) error {
 		stopRequested bool  // a signal (or failure) asked for a stop
 		stopSent      bool
 	)
-	stop := func() {
+	// stop asks kube-apiserver to shut down: at once if now (etcd is gone, the
+	// server cannot become ready), else as soon as startup has finished.
+	stop := func(now bool) {
 		stopRequested = true
-		if started && !stopSent {
+		if (started || now) && !stopSent {
 			stopSent = genericapiserver.RequestShutdown()
 		}
 	}
@@ -210,20 +212,24 @@ func run(o options) error {
 				os.Exit(1)
 			}
 			fmt.Fprintf(os.Stderr, "apiserver harness: %v, stopping\n", sig)
-			stop()
+			stop(false)
 		case err := <-readyDone:
 			readyDone = nil
 			started = true
 			if err != nil && failure == nil {
+				// Printed now: stopping a server that is not up may end the
+				// process (klog.Fatal) before run returns.
+				fmt.Fprintf(os.Stderr, "apiserver harness: not ready: %v\n", err)
 				failure = err
 			}
 			if failure != nil || stopRequested {
-				stop()
+				stop(false)
 			}
 		case err := <-etcd.Err():
 			if failure == nil && !stopRequested {
 				failure = fmt.Errorf("etcd failed: %w", err)
-				stop()
+				fmt.Fprintf(os.Stderr, "apiserver harness: %v\n", failure)
+				stop(true)
 			}
 		case err := <-apiDone:
 			cancelReady()

@@ -1,0 +1,42 @@
+//! `wasmformer run`: the host against the cluster the config names, until SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use wasmformer::config::HostConfig;
+use wasmformer::plugin::PluginEngine;
+use wasmformer::runtime::{self, Runtime, RuntimeOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The host configuration (YAML).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let config = HostConfig::load(&args.config)?;
+    let tokio = tokio::runtime::Runtime::new()?;
+    tokio.block_on(async move {
+        let client = runtime::connect(&config).await?;
+        serve(config, client, cache_dir).await
+    })
+}
+
+/// Runs the host until a signal; shared with `wasmformer dev`.
+pub async fn serve(config: HostConfig, client: kube::Client, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let engine = std::sync::Arc::new(PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?);
+    let admin_address = config.host.admin_address;
+    let runtime = Runtime::start(config, client, engine, RuntimeOptions::default()).await;
+    let _admin = match admin_address {
+        Some(addr) => Some(wasmformer::admin::serve(addr, runtime.clone()).await?),
+        None => None,
+    };
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, stopping"),
+        _ = terminate.recv() => tracing::info!("SIGTERM received, stopping"),
+    }
+    runtime.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

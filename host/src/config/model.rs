@@ -1,0 +1,230 @@
+//! The configuration's types, field by field. Doc comments quote the YAML they describe.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cache::{FieldPath, Gvk};
+use crate::plugin::Limits;
+
+/// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
+/// `$KUBECONFIG` or `~/.kube/config`, else the in-cluster service account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterConfig {
+    /// `kubeconfig: ~/.kube/config` — a kubeconfig file (relative to the config file).
+    pub kubeconfig: Option<PathBuf>,
+    /// `context: kind-dev` — the kubeconfig context to use (default: its current context).
+    pub context: Option<String>,
+    /// `inCluster: true` — use the pod's service account, ignoring any kubeconfig.
+    #[serde(default)]
+    pub in_cluster: bool,
+}
+
+/// `host:` — host-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct HostSettings {
+    /// `defaultResync: 0s` — resync period for plugins that set none; `0s` turns resync off.
+    #[serde(with = "humantime_serde")]
+    pub default_resync: Duration,
+    /// `stripManagedFields: true` — drop `metadata.managedFields` from cached objects.
+    pub strip_managed_fields: bool,
+    /// `adminAddress: 127.0.0.1:9090` — health (`/healthz`, `/readyz`), status (`/status`) and
+    /// reload (`POST /reload`) endpoint; unset: no endpoint.
+    pub admin_address: Option<SocketAddr>,
+    /// `adminTokenFile: admin-token` — a file whose content is the bearer token `POST /reload`
+    /// requires (relative to the config file); unset: reload over HTTP is refused.
+    pub admin_token_file: Option<PathBuf>,
+    /// `shutdownTimeout: 10s` — how long SIGTERM waits for queued events to be delivered.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// `watchConfig: true` — reload when the config file or a plugin's wasm file changes.
+    pub watch_config: bool,
+}
+
+impl Default for HostSettings {
+    fn default() -> Self {
+        Self {
+            default_resync: Duration::ZERO,
+            strip_managed_fields: true,
+            admin_address: None,
+            admin_token_file: None,
+            shutdown_timeout: Duration::from_secs(10),
+            watch_config: true,
+        }
+    }
+}
+
+/// A plugin's name: lowercase letters, digits and `-`, at most 63 characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct PluginName(String);
+
+impl PluginName {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for PluginName {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if valid { Ok(Self(name)) } else { Err(format!("invalid plugin name {name:?}: use lowercase letters, digits and '-'")) }
+    }
+}
+
+impl fmt::Display for PluginName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A kind, as in a manifest: `{apiVersion: apps/v1, kind: ReplicaSet}`. `resource: replicasets`
+/// (the plural) may stand instead of `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KindRef {
+    /// `apiVersion: apps/v1` (`v1` for the core group).
+    pub api_version: String,
+    /// `kind: ReplicaSet`.
+    pub kind: Option<String>,
+    /// `resource: replicasets` — the plural resource name, instead of `kind`.
+    pub resource: Option<String>,
+}
+
+impl KindRef {
+    /// The group and version of `apiVersion`.
+    pub fn group_version(&self) -> (&str, &str) {
+        self.api_version.rsplit_once('/').unwrap_or(("", &self.api_version))
+    }
+
+    /// The kind, if named by kind.
+    pub fn gvk(&self) -> Option<Gvk> {
+        self.kind.as_ref().map(|kind| Gvk::from_api_version(&self.api_version, kind))
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.kind, &self.resource) {
+            (Some(kind), _) => write!(f, "{} {kind}", self.api_version),
+            (None, Some(resource)) => write!(f, "{} {resource}", self.api_version),
+            (None, None) => write!(f, "{} (no kind)", self.api_version),
+        }
+    }
+}
+
+/// One entry of `handles:` — a watched resource and the server-side filters of the watch.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceRef {
+    /// `apiVersion: v1`.
+    pub api_version: String,
+    /// `kind: Pod` (or `resource: pods`).
+    pub kind: Option<String>,
+    /// `resource: pods` — the plural resource name, instead of `kind`.
+    pub resource: Option<String>,
+    /// `namespace: shop` — watch one namespace (default: all).
+    pub namespace: Option<String>,
+    /// `labelSelector: app=web,tier in (a,b)` — sent to the API server.
+    pub label_selector: Option<String>,
+    /// `fieldSelector: spec.nodeName=node-1` — sent to the API server.
+    pub field_selector: Option<String>,
+    /// `metadataOnly: true` — watch only metadata (`PartialObjectMetadata`); plugins then get
+    /// objects without spec and status, for less memory.
+    #[serde(default)]
+    pub metadata_only: bool,
+}
+
+impl ResourceRef {
+    /// The kind this entry names.
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef { api_version: self.api_version.clone(), kind: self.kind.clone(), resource: self.resource.clone() }
+    }
+}
+
+/// One entry of `indexes:` — a custom index the plugin reads with `by-index`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IndexConfig {
+    /// `apiVersion: v1`.
+    pub api_version: String,
+    /// `kind: Pod` (or `resource: pods`).
+    pub kind: Option<String>,
+    /// `resource: pods` — instead of `kind`.
+    pub resource: Option<String>,
+    /// `name: pods-by-node` — the name the plugin passes to `by-index`.
+    pub name: String,
+    /// `field: spec.nodeName` — dotted path, `['key']` for keys with dots, `[*]` for arrays.
+    pub field: FieldPath,
+}
+
+impl IndexConfig {
+    /// The kind this index is on.
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef { api_version: self.api_version.clone(), kind: self.kind.clone(), resource: self.resource.clone() }
+    }
+}
+
+/// One entry of `plugins:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginConfig {
+    /// `name: pod-logger` — unique; used in logs, metrics and `wasmformer reload NAME`.
+    pub name: PluginName,
+    /// `wasm: plugins/pod_logger.wasm` — the component (relative to the config file).
+    pub wasm: PathBuf,
+    /// `handles:` — the resources whose events the plugin receives (at least one).
+    pub handles: Vec<ResourceRef>,
+    /// `read:` — further kinds the plugin may read through the lister (all namespaces). A kind it
+    /// handles is readable too.
+    #[serde(default)]
+    pub read: Vec<KindRef>,
+    /// `indexes:` — custom indexes on handled or read kinds.
+    #[serde(default)]
+    pub indexes: Vec<IndexConfig>,
+    /// `resync: 10m` — replay the cache to the plugin as updates (old == new) this often; `0s`
+    /// turns it off. Default: `host.defaultResync`.
+    #[serde(default, with = "humantime_serde")]
+    pub resync: Option<Duration>,
+    /// `limits:` — `deadline`, `memoryBytes`, `logBytesPerCall`.
+    #[serde(default)]
+    pub limits: Limits,
+    /// `maxQueuedEvents: 10000` — past this backlog, consecutive updates of one object are
+    /// coalesced (first old, last new); adds and deletes never are.
+    #[serde(default = "default_max_queued_events")]
+    pub max_queued_events: usize,
+    /// `config: {...}` — free-form; passed to the plugin's `init` as JSON.
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+impl PluginConfig {
+    /// Every kind the plugin names, with where: `handles[0]`, `read[1]`, `indexes[0]`.
+    pub fn kinds(&self) -> Vec<(String, KindRef)> {
+        let handles = self.handles.iter().enumerate().map(|(i, h)| (format!("handles[{i}]"), h.kind_ref()));
+        let read = self.read.iter().enumerate().map(|(i, k)| (format!("read[{i}]"), k.clone()));
+        let indexes = self.indexes.iter().enumerate().map(|(i, x)| (format!("indexes[{i}]"), x.kind_ref()));
+        handles.chain(read).chain(indexes).collect()
+    }
+
+    /// The `config` block as the plugin's `init` receives it (`{}` when absent).
+    pub fn config_json(&self) -> serde_json::Value {
+        if self.config.is_null() { serde_json::Value::Object(Default::default()) } else { self.config.clone() }
+    }
+}
+
+fn default_max_queued_events() -> usize {
+    10_000
+}

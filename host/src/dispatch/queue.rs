@@ -1,0 +1,299 @@
+//! [`EventQueue`]: one plugin's ordered backlog, fed by its informer subscriptions without ever
+//! blocking them, drained by the plugin's worker.
+//!
+//! Order is arrival order. When the backlog passes the plugin's `maxQueuedEvents`, an update of
+//! an object whose latest queued event is also an update is merged into it (first old, last new),
+//! as client-go's DeltaFIFO would; adds and deletes are never merged or dropped.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::cache::{CachedObject, ObjectKey};
+use crate::informer::{Delta, DeltaSink};
+use crate::plugin::Event;
+
+/// Which of the plugin's subscriptions an item came from (its position in the plugin's
+/// `handles`).
+pub type SourceId = usize;
+
+/// One queued item.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// An event for the plugin.
+    Event {
+        /// Its subscription.
+        source: SourceId,
+        /// The event.
+        event: Event,
+    },
+    /// The subscription's initial list has been queued in full.
+    Synced {
+        /// Its subscription.
+        source: SourceId,
+    },
+}
+
+#[derive(Debug, Default)]
+struct State {
+    items: VecDeque<(u64, Item)>,
+    next_seq: u64,
+    /// The sequence number of each object's latest queued event.
+    latest: HashMap<(SourceId, ObjectKey), u64>,
+    coalesced: u64,
+    closed: bool,
+    woken: bool,
+}
+
+/// A plugin's backlog.
+#[derive(Debug)]
+pub struct EventQueue {
+    state: Mutex<State>,
+    ready: Condvar,
+    max_queued: usize,
+}
+
+/// What [`EventQueue::pop`] found.
+#[derive(Debug)]
+pub enum Popped {
+    /// The next item.
+    Item(Item),
+    /// Nothing arrived before the timeout.
+    Timeout,
+    /// [`EventQueue::wake`] was called.
+    Woken,
+    /// The queue is closed and drained.
+    Closed,
+}
+
+impl EventQueue {
+    /// An empty queue that starts coalescing updates past `max_queued` items.
+    pub fn new(max_queued: usize) -> Arc<Self> {
+        Arc::new(Self { state: Mutex::default(), ready: Condvar::new(), max_queued })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("event queue lock poisoned")
+    }
+
+    /// Appends `item` (or merges an update, see the module docs).
+    pub fn push(&self, item: Item) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        if let Item::Event { source, event: Event::Update { new, .. } } = &item
+            && state.items.len() >= self.max_queued
+            && Self::merge_update(&mut state, *source, new)
+        {
+            return;
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        if let Item::Event { source, event } = &item {
+            state.latest.insert((*source, event.object().key().clone()), seq);
+        }
+        state.items.push_back((seq, item));
+        drop(state);
+        self.ready.notify_one();
+    }
+
+    /// Merges `new` into the object's latest queued event if that is an update.
+    fn merge_update(state: &mut State, source: SourceId, new: &Arc<CachedObject>) -> bool {
+        let Some(&seq) = state.latest.get(&(source, new.key().clone())) else { return false };
+        let first = state.items.front().map_or(0, |(s, _)| *s);
+        let Some((_, Item::Event { event: Event::Update { new: queued, .. }, .. })) = state.items.get_mut((seq - first) as usize) else {
+            return false;
+        };
+        *queued = new.clone();
+        state.coalesced += 1;
+        true
+    }
+
+    /// Queues a resync of `objects` as updates with old == new, skipping objects that have an
+    /// event queued already (like client-go, a resync never overtakes a real change).
+    pub fn resync(&self, source: SourceId, objects: Vec<Arc<CachedObject>>) -> usize {
+        let pending: Vec<Arc<CachedObject>> = {
+            let state = self.lock();
+            objects.into_iter().filter(|o| !state.latest.contains_key(&(source, o.key().clone()))).collect()
+        };
+        let count = pending.len();
+        for obj in pending {
+            self.push(Item::Event { source, event: Event::Update { old: obj.clone(), new: obj } });
+        }
+        count
+    }
+
+    /// The next item, waiting up to `timeout` (forever when `None`).
+    pub fn pop(&self, timeout: Option<Duration>) -> Popped {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut state = self.lock();
+        loop {
+            if let Some((seq, item)) = state.items.pop_front() {
+                if let Item::Event { source, event } = &item {
+                    let key = (*source, event.object().key().clone());
+                    if state.latest.get(&key) == Some(&seq) {
+                        state.latest.remove(&key);
+                    }
+                }
+                return Popped::Item(item);
+            }
+            if state.closed {
+                return Popped::Closed;
+            }
+            if std::mem::take(&mut state.woken) {
+                return Popped::Woken;
+            }
+            state = match deadline {
+                None => self.ready.wait(state).expect("event queue lock poisoned"),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Popped::Timeout;
+                    }
+                    self.ready.wait_timeout(state, left).expect("event queue lock poisoned").0
+                }
+            };
+        }
+    }
+
+    /// Stops accepting items; [`pop`](Self::pop) drains what is queued, then says `Closed`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Drops everything queued and closes (shutdown past its deadline).
+    pub fn abandon(&self) -> usize {
+        let mut state = self.lock();
+        let dropped = state.items.len();
+        state.items.clear();
+        state.latest.clear();
+        state.closed = true;
+        drop(state);
+        self.ready.notify_all();
+        dropped
+    }
+
+    /// Wakes a waiting [`pop`](Self::pop) so the worker can look at its swap slot.
+    pub fn wake(&self) {
+        self.lock().woken = true;
+        self.ready.notify_all();
+    }
+
+    /// Items waiting.
+    pub fn depth(&self) -> usize {
+        self.lock().items.len()
+    }
+
+    /// Updates merged so far because the backlog was over its limit.
+    pub fn coalesced(&self) -> u64 {
+        self.lock().coalesced
+    }
+
+    /// Waits until `sleep` has passed or the queue is closed; for backoff pauses.
+    pub fn sleep(&self, sleep: Duration) {
+        let deadline = Instant::now() + sleep;
+        let mut state = self.lock();
+        while !state.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            state = self.ready.wait_timeout(state, left).expect("event queue lock poisoned").0;
+        }
+    }
+}
+
+/// Feeds one subscription's deltas into a plugin's queue.
+#[derive(Debug)]
+pub struct SourceSink {
+    /// The plugin's queue.
+    pub queue: Arc<EventQueue>,
+    /// Which subscription this is.
+    pub source: SourceId,
+}
+
+impl DeltaSink for SourceSink {
+    fn push(&self, delta: Delta) {
+        let source = self.source;
+        let item = match delta {
+            Delta::Add { obj, initial } => Item::Event { source, event: Event::Add { obj, initial } },
+            Delta::Update { old, new } => Item::Event { source, event: Event::Update { old, new } },
+            Delta::Delete { obj, final_state_unknown } => Item::Event { source, event: Event::Delete { obj, final_state_unknown } },
+            Delta::Synced => Item::Synced { source },
+        };
+        self.queue.push(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(name: &str, rv: u64) -> Arc<CachedObject> {
+        let value = json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv.to_string()}});
+        Arc::new(CachedObject::from_value(value, true, &[]).unwrap())
+    }
+
+    fn update(name: &str, from: u64, to: u64) -> Item {
+        Item::Event { source: 0, event: Event::Update { old: obj(name, from), new: obj(name, to) } }
+    }
+
+    fn drain(queue: &EventQueue) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
+            seen.push(match item {
+                Item::Event { event: Event::Update { old, new }, .. } => {
+                    format!("update {} {}->{}", new.name(), old.resource_version(), new.resource_version())
+                }
+                Item::Event { event, .. } => format!("{} {} {}", event.kind(), event.object().name(), event.object().resource_version()),
+                Item::Synced { source } => format!("synced {source}"),
+            });
+        }
+        seen
+    }
+
+    #[test]
+    fn keeps_every_event_in_order_under_the_limit() {
+        let queue = EventQueue::new(100);
+        queue.push(Item::Event { source: 0, event: Event::Add { obj: obj("a", 1), initial: true } });
+        queue.push(Item::Synced { source: 0 });
+        queue.push(update("a", 1, 2));
+        queue.push(update("a", 2, 3));
+        assert_eq!(drain(&queue), ["add a 1", "synced 0", "update a 1->2", "update a 2->3"]);
+    }
+
+    #[test]
+    fn over_the_limit_merges_consecutive_updates_but_never_adds_or_deletes() {
+        let queue = EventQueue::new(2);
+        queue.push(update("a", 1, 2));
+        queue.push(update("b", 1, 2));
+        queue.push(update("a", 2, 3)); // merged into the first: first old, last new
+        queue.push(Item::Event { source: 0, event: Event::Delete { obj: obj("a", 3), final_state_unknown: false } });
+        queue.push(Item::Event { source: 0, event: Event::Add { obj: obj("a", 4), initial: false } });
+        queue.push(update("a", 4, 5)); // a's latest is an add: not merged
+        assert_eq!(queue.coalesced(), 1);
+        assert_eq!(drain(&queue), ["update a 1->3", "update b 1->2", "delete a 3", "add a 4", "update a 4->5"]);
+    }
+
+    #[test]
+    fn resync_skips_objects_with_pending_events() {
+        let queue = EventQueue::new(100);
+        queue.push(update("a", 1, 2));
+        assert_eq!(queue.resync(0, vec![obj("a", 2), obj("b", 7)]), 1);
+        assert_eq!(drain(&queue), ["update a 1->2", "update b 7->7"]);
+        assert_eq!(queue.resync(0, vec![obj("a", 2)]), 1, "once delivered, a resyncs again");
+    }
+
+    #[test]
+    fn close_drains_then_reports_closed() {
+        let queue = EventQueue::new(10);
+        queue.push(update("a", 1, 2));
+        queue.close();
+        queue.push(update("a", 2, 3));
+        assert!(matches!(queue.pop(None), Popped::Item(_)));
+        assert!(matches!(queue.pop(None), Popped::Closed));
+    }
+}

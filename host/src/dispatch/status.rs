@@ -1,0 +1,115 @@
+//! [`PluginStatus`]: what an operator sees of one plugin (logs, `wasmformer status`, `/status`).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+/// Live counters and state of one plugin, updated by its worker.
+#[derive(Debug, Default)]
+pub struct PluginStatus {
+    calls: AtomicU64,
+    failures: AtomicU64,
+    swaps: AtomicU64,
+    synced: AtomicBool,
+    details: Mutex<Details>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Details {
+    digest: String,
+    loaded_at: Option<SystemTime>,
+    last_error: Option<(SystemTime, String)>,
+    last_swap_error: Option<(SystemTime, String)>,
+}
+
+/// A point-in-time copy of a plugin's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    /// The plugin's name.
+    pub name: String,
+    /// The running version: SHA-256 of its wasm.
+    pub version: String,
+    /// When that version was loaded (RFC 3339).
+    pub loaded_at: Option<String>,
+    /// How many times a new version replaced the running one.
+    pub swaps: u64,
+    /// Handler calls made.
+    pub calls: u64,
+    /// Handler calls that failed.
+    pub failures: u64,
+    /// The last failure, with its time.
+    pub last_error: Option<String>,
+    /// The last failed swap (the old version kept running), with its time.
+    pub last_swap_error: Option<String>,
+    /// Events waiting in its queue.
+    pub queue_depth: usize,
+    /// Whether it has processed its initial list.
+    pub synced: bool,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl PluginStatus {
+    fn details(&self) -> std::sync::MutexGuard<'_, Details> {
+        self.details.lock().expect("status lock poisoned")
+    }
+
+    pub(crate) fn loaded(&self, digest: &str) {
+        let mut details = self.details();
+        details.digest = digest.to_owned();
+        details.loaded_at = Some(SystemTime::now());
+    }
+
+    pub(crate) fn swapped(&self, digest: &str) {
+        self.swaps.fetch_add(1, Ordering::Relaxed);
+        self.loaded(digest);
+    }
+
+    pub(crate) fn swap_failed(&self, error: String) {
+        self.details().last_swap_error = Some((SystemTime::now(), error));
+    }
+
+    pub(crate) fn called(&self, error: Option<String>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(error) = error {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            self.details().last_error = Some((SystemTime::now(), error));
+        }
+    }
+
+    pub(crate) fn set_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+
+    /// Whether the plugin has processed the initial list of every resource it handles.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Handler calls made so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// A copy for reporting.
+    pub fn report(&self, name: &str, queue_depth: usize) -> StatusReport {
+        let details = self.details().clone();
+        StatusReport {
+            name: name.to_owned(),
+            version: details.digest,
+            loaded_at: details.loaded_at.map(rfc3339),
+            swaps: self.swaps.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            last_error: details.last_error.map(|(t, e)| format!("{}: {e}", rfc3339(t))),
+            last_swap_error: details.last_swap_error.map(|(t, e)| format!("{}: {e}", rfc3339(t))),
+            queue_depth,
+            synced: self.is_synced(),
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! [`Runtime`]: the running host, built from a [`HostConfig`]: the shared informers, the plugins
+//! and their dispatch. `wasmformer run` and `wasmformer dev` are this plus signal handling; tests
+//! build it in-process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::discovery::{ApiResource, Scope};
+
+use crate::cache::{Gvk, IndexSpec};
+use crate::config::{HostConfig, KindRef, PluginConfig};
+use crate::dispatch::{DispatchedPlugin, Source, StatusReport};
+use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
+use crate::plugin::{CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance};
+
+/// How the runtime watches and where plugin logs go besides tracing.
+#[derive(Clone, Default)]
+pub struct RuntimeOptions {
+    /// Watch parameters shared by every informer.
+    pub watch: WatchSettings,
+    /// Receives every line any plugin logs (tests, `wasmformer dev`'s console).
+    pub log_observer: Option<LogObserver>,
+}
+
+/// Why a plugin could not be started (or swapped).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A kind the plugin names is not served by the cluster.
+    #[error("plugin {plugin}: the cluster does not serve {kind}")]
+    NotServed {
+        /// The plugin.
+        plugin: String,
+        /// The kind, as configured.
+        kind: String,
+    },
+    /// Discovery failed.
+    #[error("plugin {plugin}: cannot discover {kind}")]
+    Discovery {
+        /// The plugin.
+        plugin: String,
+        /// The kind, as configured.
+        kind: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The wasm could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// `init` failed or trapped.
+    #[error("plugin {plugin}: failed to start")]
+    Start {
+        /// The plugin.
+        plugin: String,
+        /// Why.
+        #[source]
+        source: CallError,
+    },
+    /// An informer could not be set up (e.g. an index name used with two fields).
+    #[error("plugin {plugin}: cannot set up the informer for {kind}")]
+    Informer {
+        /// The plugin.
+        plugin: String,
+        /// The kind.
+        kind: String,
+        /// Why.
+        #[source]
+        source: informer::Error,
+    },
+    /// No plugin of that name runs.
+    #[error("no plugin named {0:?} is running")]
+    UnknownPlugin(String),
+}
+
+/// The running host.
+pub struct Runtime {
+    config: std::sync::Mutex<HostConfig>,
+    engine: Arc<PluginEngine>,
+    factory: InformerFactory,
+    discovery: Discovery,
+    log_observer: Option<LogObserver>,
+    plugins: tokio::sync::Mutex<BTreeMap<String, DispatchedPlugin>>,
+    failed: std::sync::Mutex<BTreeMap<String, String>>,
+}
+
+/// A plugin's kinds, resolved against the cluster.
+struct Wiring {
+    handled: Vec<(InformerKey, StoreOptions)>,
+    read: Vec<(InformerKey, StoreOptions)>,
+}
+
+impl Runtime {
+    /// Starts every configured plugin. A plugin that fails to start is logged and reported in
+    /// [`Runtime::statuses`]; the others run.
+    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, options: RuntimeOptions) -> Arc<Self> {
+        let plugins = config.plugins.clone();
+        let runtime = Arc::new(Self {
+            config: std::sync::Mutex::new(config),
+            factory: InformerFactory::new(client.clone(), options.watch),
+            log_observer: options.log_observer,
+            discovery: Discovery::new(client),
+            engine,
+            plugins: Default::default(),
+            failed: Default::default(),
+        });
+        for plugin in plugins {
+            if let Err(e) = runtime.add_plugin(plugin.clone()).await {
+                runtime.record_failure(plugin.name.as_str(), &e);
+            }
+        }
+        runtime
+    }
+
+    fn record_failure(&self, name: &str, error: &RuntimeError) {
+        let text = error_chain(error);
+        tracing::error!(plugin.id = %name, error = %text, "plugin not started");
+        self.failed.lock().expect("failed lock").insert(name.to_owned(), text);
+    }
+
+    /// The configuration the runtime was started or last reloaded with.
+    pub fn config(&self) -> HostConfig {
+        self.config.lock().expect("config lock").clone()
+    }
+
+    /// The informers, shared by all plugins.
+    pub fn informers(&self) -> &InformerFactory {
+        &self.factory
+    }
+
+    /// The engine plugins are compiled with.
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.engine
+    }
+
+    /// Starts `plugin` (or restarts it, if one of that name runs): loads and `init`s it off the
+    /// event path, then subscribes it, so it receives the current cache as initial adds and then
+    /// live events.
+    pub async fn add_plugin(&self, plugin: PluginConfig) -> Result<(), RuntimeError> {
+        let name = plugin.name.as_str().to_owned();
+        let wiring = self.wire(&plugin).await?;
+        let loaded = self.load(&plugin).await?;
+        let mut grants = Grants::none();
+        let mut handled = Vec::new();
+        let mut listers = Vec::new();
+        for (key, options) in wiring.handled.iter().chain(wiring.read.iter()) {
+            let informer = self.factory.informer(key.clone(), options).map_err(|source| RuntimeError::Informer {
+                plugin: name.clone(),
+                kind: key.resource_name(),
+                source,
+            })?;
+            listers.push(informer.lister());
+        }
+        for ((key, _), lister) in wiring.handled.iter().zip(&listers) {
+            grants.grant_source(key.gvk(), Arc::new(lister.clone()));
+            let informer = lister.informer().clone();
+            let subscribe: Box<dyn FnOnce(Arc<crate::dispatch::SourceSink>) -> informer::Subscription + Send> =
+                Box::new(move |sink| informer.subscribe(sink));
+            handled.push((Source { gvk: key.gvk(), store: Arc::new(lister.clone()) }, subscribe));
+        }
+        for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
+            grants.grant_source(key.gvk(), Arc::new(lister.clone()));
+        }
+        let instance = self.start_instance(&plugin, loaded, grants).await?;
+        let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
+        let dispatched = DispatchedPlugin::start(
+            instance,
+            plugin.max_queued_events,
+            (!resync.is_zero()).then_some(resync),
+            handled,
+            listers,
+        );
+        tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
+        self.failed.lock().expect("failed lock").remove(&name);
+        let previous = self.plugins.lock().await.insert(name, dispatched);
+        if let Some(previous) = previous {
+            previous.stop(Duration::from_secs(5));
+        }
+        Ok(())
+    }
+
+    async fn load(&self, plugin: &PluginConfig) -> Result<LoadedPlugin, RuntimeError> {
+        let (engine, name, path) = (self.engine.clone(), plugin.name.to_string(), self.config().wasm_path(plugin));
+        let loaded = tokio::task::spawn_blocking(move || LoadedPlugin::load(&engine, &name, &path));
+        Ok(loaded.await.expect("plugin load task panicked")?)
+    }
+
+    async fn start_instance(&self, plugin: &PluginConfig, loaded: LoadedPlugin, grants: Grants) -> Result<PluginInstance, RuntimeError> {
+        let (limits, config, name) = (plugin.limits.clone(), plugin.config_json(), plugin.name.to_string());
+        let observer = self.log_observer.clone();
+        let started = tokio::task::spawn_blocking(move || PluginInstance::start(loaded, limits, grants, &config, observer));
+        started.await.expect("plugin start task panicked").map_err(|source| RuntimeError::Start { plugin: name, source })
+    }
+
+    /// Resolves the plugin's kinds and builds its informer keys and store options.
+    async fn wire(&self, plugin: &PluginConfig) -> Result<Wiring, RuntimeError> {
+        let strip = self.config().host.strip_managed_fields;
+        let mut indexes: Vec<(Gvk, IndexSpec)> = Vec::new();
+        for index in &plugin.indexes {
+            let (resource, _) = self.resolve(plugin, &index.kind_ref()).await?;
+            indexes.push((gvk_of(&resource), IndexSpec { name: index.name.clone(), path: index.field.clone() }));
+        }
+        let options_for = |gvk: &Gvk| StoreOptions {
+            indexes: indexes.iter().filter(|(g, _)| g == gvk).map(|(_, spec)| spec.clone()).collect(),
+            strip_managed_fields: strip,
+        };
+        let mut handled = Vec::new();
+        for handle in &plugin.handles {
+            let (resource, namespaced) = self.resolve(plugin, &handle.kind_ref()).await?;
+            let options = options_for(&gvk_of(&resource));
+            let mut key = InformerKey::new(resource, namespaced);
+            if let Some(ns) = &handle.namespace {
+                key = key.namespace(ns);
+            }
+            if let Some(selector) = &handle.label_selector {
+                key = key.labels(selector);
+            }
+            if let Some(selector) = &handle.field_selector {
+                key = key.fields(selector);
+            }
+            if handle.metadata_only {
+                key = key.metadata_only();
+            }
+            handled.push((key, options));
+        }
+        let mut read = Vec::new();
+        for kind in &plugin.read {
+            let (resource, namespaced) = self.resolve(plugin, kind).await?;
+            let options = options_for(&gvk_of(&resource));
+            read.push((InformerKey::new(resource, namespaced), options));
+        }
+        Ok(Wiring { handled, read })
+    }
+
+    async fn resolve(&self, plugin: &PluginConfig, kind: &KindRef) -> Result<(ApiResource, bool), RuntimeError> {
+        self.discovery.resolve(plugin.name.as_str(), kind).await
+    }
+
+    /// Stops the plugin `name`: unsubscribes it (informers no one else uses stop and free their
+    /// cache) and delivers what it has queued.
+    pub async fn remove_plugin(&self, name: &str) -> Result<(), RuntimeError> {
+        let removed = self.plugins.lock().await.remove(name).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
+        let timeout = self.config().host.shutdown_timeout;
+        tokio::task::spawn_blocking(move || removed.stop(timeout)).await.expect("plugin stop task panicked");
+        tracing::info!(plugin.id = %name, "plugin removed");
+        Ok(())
+    }
+
+    /// Every plugin's status, failed ones included.
+    pub async fn statuses(&self) -> Vec<StatusReport> {
+        let mut reports: Vec<StatusReport> = self.plugins.lock().await.values().map(DispatchedPlugin::report).collect();
+        for (name, error) in self.failed.lock().expect("failed lock").iter() {
+            reports.push(StatusReport {
+                name: name.clone(),
+                version: String::new(),
+                loaded_at: None,
+                swaps: 0,
+                calls: 0,
+                failures: 0,
+                last_error: Some(error.clone()),
+                last_swap_error: None,
+                queue_depth: 0,
+                synced: false,
+            });
+        }
+        reports.sort_by(|a, b| a.name.cmp(&b.name));
+        reports
+    }
+
+    /// Whether every running plugin has processed its initial list.
+    pub async fn is_synced(&self) -> bool {
+        self.plugins.lock().await.values().all(|p| p.status().is_synced())
+    }
+
+    /// Waits until every running plugin is synced, or `timeout`; returns whether they are.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.is_synced().await {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops every plugin, delivering what each has queued within the configured shutdown
+    /// timeout; informers stop with their last subscription.
+    pub async fn shutdown(&self) {
+        let timeout = self.config().host.shutdown_timeout;
+        let plugins = std::mem::take(&mut *self.plugins.lock().await);
+        let stops: Vec<_> = plugins
+            .into_values()
+            .map(|plugin| tokio::task::spawn_blocking(move || plugin.stop(timeout)))
+            .collect();
+        for stop in stops {
+            let _ = stop.await;
+        }
+        tracing::info!("all plugins stopped");
+    }
+}
+
+/// Resolves configured kinds to API resources through the cluster's discovery, cached per
+/// group version.
+pub struct Discovery {
+    client: Client,
+    cache: tokio::sync::Mutex<HashMap<String, Vec<(ApiResource, bool)>>>,
+}
+
+impl Discovery {
+    /// Discovery through `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client, cache: Default::default() }
+    }
+
+    /// The API resource `kind` names for `plugin`, and whether it is namespaced.
+    pub async fn resolve(&self, plugin: &str, kind: &KindRef) -> Result<(ApiResource, bool), RuntimeError> {
+        let mut cache = self.cache.lock().await;
+        if !cache.contains_key(&kind.api_version) {
+            let (group, version) = kind.group_version();
+            let gv = kube::core::GroupVersion::gv(group, version);
+            let resources = match kube::discovery::oneshot::pinned_group(&self.client, &gv).await {
+                Ok(api_group) => api_group
+                    .versioned_resources(version)
+                    .into_iter()
+                    .map(|(resource, caps)| (resource, caps.scope == Scope::Namespaced))
+                    .collect(),
+                Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+                Err(source) => return Err(RuntimeError::Discovery { plugin: plugin.to_owned(), kind: kind.to_string(), source }),
+            };
+            cache.insert(kind.api_version.clone(), resources);
+        }
+        cache[&kind.api_version]
+            .iter()
+            .find(|(r, _)| Some(&r.kind) == kind.kind.as_ref() || Some(&r.plural) == kind.resource.as_ref())
+            .cloned()
+            .ok_or_else(|| RuntimeError::NotServed { plugin: plugin.to_owned(), kind: kind.to_string() })
+    }
+}
+
+fn gvk_of(resource: &ApiResource) -> Gvk {
+    Gvk { group: resource.group.clone(), version: resource.version.clone(), kind: resource.kind.clone() }
+}
+
+/// `error: cause: cause …` on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Why the host could not connect to the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The kubeconfig could not be read or used.
+    #[error("cannot use kubeconfig {path}")]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No configuration could be inferred (no kubeconfig, not in a cluster).
+    #[error("cannot find cluster credentials: set cluster.kubeconfig, $KUBECONFIG or cluster.inCluster")]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The in-cluster service account is not usable.
+    #[error("cannot use the in-cluster service account")]
+    InCluster(#[source] kube::config::InClusterError),
+    /// The client could not be built.
+    #[error("cannot create the API client")]
+    Client(#[source] kube::Error),
+}
+
+/// A client for the cluster the configuration names.
+pub async fn connect(config: &HostConfig) -> Result<Client, ConnectError> {
+    let cluster = &config.cluster;
+    let kube_config = if cluster.in_cluster {
+        kube::Config::incluster().map_err(ConnectError::InCluster)?
+    } else if let Some(path) = &cluster.kubeconfig {
+        let path = config.base_dir.join(path);
+        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| ConnectError::Kubeconfig { path: path.clone(), source })?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|source| ConnectError::Kubeconfig { path, source })?
+    } else if cluster.context.is_some() {
+        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
+        kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|source| ConnectError::Kubeconfig { path: "$KUBECONFIG".into(), source })?
+    } else {
+        kube::Config::infer().await.map_err(ConnectError::Infer)?
+    };
+    Client::try_from(kube_config).map_err(ConnectError::Client)
+}

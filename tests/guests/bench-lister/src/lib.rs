@@ -1,0 +1,32 @@
+//! Benchmark guest: one `lister.get` of a Pod per event, without decoding it. Config
+//! `{"name": "x"}` gets Pod `x` in the event's namespace (a missing one answers `not-found`, which
+//! is not an error here); without it the guest gets the event's own object back.
+
+use wasmformer_guest::serde_json::Value;
+use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
+
+#[derive(Default)]
+struct ListerGet {
+    name: Option<String>,
+    found_bytes: u64,
+}
+
+impl Plugin for ListerGet {
+    fn init(&mut self, config: Value) -> Result<()> {
+        self.name = config.get("name").and_then(Value::as_str).map(str::to_owned);
+        Ok(())
+    }
+
+    fn on_add(&mut self, obj: &Object, _initial: bool) -> Result<()> {
+        let pod = Gvk { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+        let name = self.name.as_deref().unwrap_or(obj.name());
+        match lister::get_object(&pod, obj.namespace(), name) {
+            Ok(found) => self.found_bytes += found.json().len() as u64,
+            Err(ListerError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}
+
+wasmformer_guest::export!(ListerGet);
