@@ -15,12 +15,19 @@ use wasmformer_devcluster::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let kubeconfig = args.next().unwrap_or_else(|| "wasmformer-dev.kubeconfig".into());
+    let kubeconfig = args
+        .next()
+        .unwrap_or_else(|| "wasmformer-dev.kubeconfig".into());
     let rate: Option<f64> = args.next().map(|r| r.parse()).transpose()?;
     let dev = DevCluster::start(DevClusterConfig::default()).await?;
     dev.write_kubeconfig(&kubeconfig)?;
     println!("dev cluster at {} (kubeconfig {kubeconfig})", dev.url());
-    let simulation = rate.map(|rate| simulate::spawn(dev.store().clone(), SimulationConfig::default().events_per_second(rate)));
+    let simulation = rate.map(|rate| {
+        simulate::spawn(
+            dev.store().clone(),
+            SimulationConfig::default().events_per_second(rate),
+        )
+    });
     tokio::signal::ctrl_c().await?;
     if let Some(simulation) = simulation {
         println!("{:?}", simulation.stop().await?);

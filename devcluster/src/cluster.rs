@@ -123,8 +123,14 @@ impl DevCluster {
     pub async fn start(config: DevClusterConfig) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
-            .map_err(|source| Error::Bind { addr: config.addr, source })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.addr, source })?;
+            .map_err(|source| Error::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.addr,
+            source,
+        })?;
         let store = Store::new(config.history_limit);
         let faults = Faults::new(store.clone());
         let log = RequestLog::new(config.request_log_limit);

@@ -32,25 +32,39 @@ use crate::{
 };
 
 fn ok(body: serde_json::Value) -> Result<Response, ApiStatus> {
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response())
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response())
 }
 
 fn filter(query: &Query) -> Result<RequestFilter, ApiStatus> {
     let mut filter = RequestFilter::default();
     if let Some(verb) = query.get("verb") {
-        filter.verb = Some(Verb::from_name(verb).ok_or_else(|| ApiStatus::bad_request(format!("unknown verb {verb:?}")))?);
+        filter.verb = Some(
+            Verb::from_name(verb)
+                .ok_or_else(|| ApiStatus::bad_request(format!("unknown verb {verb:?}")))?,
+        );
     }
     filter.resource = query.get("resource").map(String::from);
     Ok(filter)
 }
 
 fn number(query: &Query, key: &str, default: u64) -> Result<u64, ApiStatus> {
-    query
-        .get(key)
-        .map_or(Ok(default), |v| v.parse().map_err(|_| ApiStatus::bad_request(format!("invalid {key} {v:?}"))))
+    query.get(key).map_or(Ok(default), |v| {
+        v.parse()
+            .map_err(|_| ApiStatus::bad_request(format!("invalid {key} {v:?}")))
+    })
 }
 
-pub(crate) async fn handle(app: &App, method: &Method, segments: &[String], query: &Query) -> Result<Response, ApiStatus> {
+pub(crate) async fn handle(
+    app: &App,
+    method: &Method,
+    segments: &[String],
+    query: &Query,
+) -> Result<Response, ApiStatus> {
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let faults = &app.faults;
     match (method.as_str(), segments.as_slice()) {
@@ -77,7 +91,9 @@ pub(crate) async fn handle(app: &App, method: &Method, segments: &[String], quer
                 }
                 _ => return Err(ApiStatus::unknown_path()),
             }
-            ok(json!({"ok": true, "fault": action, "resourceVersion": app.store.resource_version().to_string()}))
+            ok(
+                json!({"ok": true, "fault": action, "resourceVersion": app.store.resource_version().to_string()}),
+            )
         }
         ("GET", ["requests"]) => {
             let since = number(query, "since", 0)?;

@@ -10,7 +10,16 @@ use crate::resources::{Registry, ResourceType};
 /// The Kubernetes version the dev cluster reports.
 pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// `/version`.
 pub(crate) fn version() -> Value {
@@ -62,7 +71,10 @@ pub(crate) fn groups(registry: &Registry) -> Value {
 
 /// `/apis/{group}`.
 pub(crate) fn group(registry: &Registry, name: &str) -> Option<Value> {
-    let (name, versions) = registry.groups().into_iter().find(|(g, _)| g == name && !g.is_empty())?;
+    let (name, versions) = registry
+        .groups()
+        .into_iter()
+        .find(|(g, _)| g == name && !g.is_empty())?;
     let mut document = group_document(&name, &versions);
     document["kind"] = json!("APIGroup");
     document["apiVersion"] = json!("v1");
@@ -109,12 +121,22 @@ fn resource_entries(ty: &ResourceType) -> Vec<Value> {
 
 /// `/api/v1` or `/apis/{group}/{version}`.
 pub(crate) fn resources(registry: &Registry, group: &str, version: &str) -> Option<Value> {
-    let types: Vec<_> = registry.iter().filter(|t| t.id.group == group && t.serves(version)).collect();
+    let types: Vec<_> = registry
+        .iter()
+        .filter(|t| t.id.group == group && t.serves(version))
+        .collect();
     if types.is_empty() {
         return None;
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    let entries: Vec<Value> = types.into_iter().flat_map(|t| resource_entries(t)).collect();
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let entries: Vec<Value> = types
+        .into_iter()
+        .flat_map(|t| resource_entries(t))
+        .collect();
     Some(json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -145,8 +167,17 @@ mod tests {
     #[test]
     fn group_list_has_preferred_versions_and_no_core_group() {
         let list = groups(&Registry::builtin());
-        let names: Vec<&str> = list["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-        assert!(names.contains(&"apps") && names.contains(&"coordination.k8s.io") && names.contains(&"apiextensions.k8s.io"));
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"apps")
+                && names.contains(&"coordination.k8s.io")
+                && names.contains(&"apiextensions.k8s.io")
+        );
         assert!(!names.contains(&""));
         let apps = group(&Registry::builtin(), "apps").unwrap();
         assert_eq!(apps["preferredVersion"]["groupVersion"], "apps/v1");

@@ -32,15 +32,21 @@ impl Failure {
     pub fn from_code(code: u16) -> Option<Self> {
         match code {
             500 => Some(Self::InternalError),
-            429 => Some(Self::TooManyRequests { retry_after_seconds: 1 }),
+            429 => Some(Self::TooManyRequests {
+                retry_after_seconds: 1,
+            }),
             _ => None,
         }
     }
 
     fn status(self) -> ApiStatus {
         match self {
-            Self::InternalError => ApiStatus::internal("injected failure (wasmformer dev cluster fault injection)"),
-            Self::TooManyRequests { retry_after_seconds } => ApiStatus::too_many_requests(retry_after_seconds),
+            Self::InternalError => {
+                ApiStatus::internal("injected failure (wasmformer dev cluster fault injection)")
+            }
+            Self::TooManyRequests {
+                retry_after_seconds,
+            } => ApiStatus::too_many_requests(retry_after_seconds),
         }
     }
 }
@@ -71,7 +77,10 @@ impl RequestFilter {
 
     fn matches(&self, record: &RequestRecord) -> bool {
         self.verb.is_none_or(|v| v == record.verb)
-            && self.resource.as_ref().is_none_or(|r| record.resource.as_ref() == Some(r))
+            && self
+                .resource
+                .as_ref()
+                .is_none_or(|r| record.resource.as_ref() == Some(r))
     }
 }
 
@@ -202,13 +211,17 @@ impl Faults {
 
     /// The server is shutting down: release held requests, end watches, refuse new requests.
     pub(crate) fn stop(&self) {
-        self.inner.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.clear();
         self.close_watches();
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
-        self.inner.stopping.load(std::sync::atomic::Ordering::SeqCst)
+        self.inner
+            .stopping
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Applies pause, delay and failure to a request before it is served.
@@ -217,7 +230,11 @@ impl Faults {
         // The sender lives as long as `self`, so this only returns once resumed.
         let _ = paused.wait_for(|p| !p).await;
         if self.is_stopping() {
-            return Err(ApiStatus::new(503, "ServiceUnavailable", "the dev cluster is shutting down"));
+            return Err(ApiStatus::new(
+                503,
+                "ServiceUnavailable",
+                "the dev cluster is shutting down",
+            ));
         }
         let delay = self.take(record, |a| match a {
             Action::Delay(d) => Some(*d),
@@ -257,11 +274,29 @@ mod tests {
     #[tokio::test]
     async fn fail_next_counts_down_matching_requests_only() {
         let faults = Faults::new(Store::new(10));
-        faults.fail_next_matching(RequestFilter::default().verb(Verb::List).resource("pods"), 2, Failure::InternalError);
+        faults.fail_next_matching(
+            RequestFilter::default().verb(Verb::List).resource("pods"),
+            2,
+            Failure::InternalError,
+        );
         assert!(faults.gate(&record(Verb::Watch, "pods")).await.is_ok());
         assert!(faults.gate(&record(Verb::List, "nodes")).await.is_ok());
-        assert_eq!(faults.gate(&record(Verb::List, "pods")).await.unwrap_err().code, 500);
-        assert_eq!(faults.gate(&record(Verb::List, "pods")).await.unwrap_err().code, 500);
+        assert_eq!(
+            faults
+                .gate(&record(Verb::List, "pods"))
+                .await
+                .unwrap_err()
+                .code,
+            500
+        );
+        assert_eq!(
+            faults
+                .gate(&record(Verb::List, "pods"))
+                .await
+                .unwrap_err()
+                .code,
+            500
+        );
         assert!(faults.gate(&record(Verb::List, "pods")).await.is_ok());
     }
 
@@ -288,7 +323,10 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!held.is_finished());
         faults.resume();
-        let outcome = tokio::time::timeout(Duration::from_secs(5), held).await.unwrap().unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), held)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(outcome.is_ok());
     }
 
@@ -297,6 +335,9 @@ mod tests {
         let faults = Faults::new(Store::new(10));
         let mut closer = faults.watch_closer();
         faults.close_watches();
-        tokio::time::timeout(Duration::from_secs(5), closer.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), closer.changed())
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

@@ -13,13 +13,14 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    control, discovery, scale,
+    control, discovery,
     faults::Faults,
     list::{self, ListOptions},
     patch::Patch,
     request_log::{RequestLog, RequestRecord, Verb},
     resources::ResourceType,
     routes::{self, Query, ResourcePath, Route},
+    scale,
     status::ApiStatus,
     store::{Deletion, ObjectKey, Part, Preconditions, Store},
     table::{self, IncludeObject},
@@ -41,7 +42,12 @@ pub(crate) struct App {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    (code, [(header::CONTENT_TYPE, "application/json")], value.to_string()).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
 }
 
 fn verb_of(method: &Method, route: &Route, query: &Query) -> Verb {
@@ -76,7 +82,11 @@ fn record_of(parts: &Parts, route: &Route, query: &Query) -> RequestRecord {
         path: parts.uri.path().to_string(),
         verb: verb_of(&parts.method, route, query),
         resource: path.map(|p| {
-            if p.group.is_empty() { p.resource.clone() } else { format!("{}.{}", p.resource, p.group) }
+            if p.group.is_empty() {
+                p.resource.clone()
+            } else {
+                format!("{}.{}", p.resource, p.group)
+            }
         }),
         namespace: path.and_then(|p| p.namespace.clone()),
         name: path.and_then(|p| p.name.clone()),
@@ -105,7 +115,10 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Route::Version => Ok(json_response(StatusCode::OK, &discovery::version())),
         Route::Health => Ok("ok".into_response()),
         Route::OpenApi | Route::Unknown | Route::Control(_) => Err(ApiStatus::unknown_path()),
-        Route::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions(&app.server_address))),
+        Route::CoreVersions => Ok(json_response(
+            StatusCode::OK,
+            &discovery::core_versions(&app.server_address),
+        )),
         Route::Groups => Ok(json_response(StatusCode::OK, &discovery::groups(&registry))),
         Route::Group(group) => discovery::group(&registry, &group)
             .map(|g| json_response(StatusCode::OK, &g))
@@ -113,7 +126,8 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Route::Resources { group, version } => discovery::resources(&registry, &group, &version)
             .map(|r| json_response(StatusCode::OK, &r))
             .ok_or_else(ApiStatus::unknown_path),
-        Route::Resource(path) => match registry.resolve(&path.group, &path.version, &path.resource) {
+        Route::Resource(path) => match registry.resolve(&path.group, &path.version, &path.resource)
+        {
             Some(ty) => resource(&app, &parts, body, &query, &path, ty, record.verb).await,
             None => Err(ApiStatus::unknown_path()),
         },
@@ -128,17 +142,23 @@ async fn read_body(body: Body) -> Result<Bytes, ApiStatus> {
 }
 
 fn parse_object(bytes: &[u8]) -> Result<Value, ApiStatus> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiStatus::bad_request(format!("the request body is not a JSON object: {e}")))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiStatus::bad_request(format!("the request body is not a JSON object: {e}"))
+    })?;
     if value.is_object() {
         Ok(value)
     } else {
-        Err(ApiStatus::bad_request("the request body is not a JSON object"))
+        Err(ApiStatus::bad_request(
+            "the request body is not a JSON object",
+        ))
     }
 }
 
 fn table_request(headers: &HeaderMap, query: &Query) -> Option<IncludeObject> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     table::wanted(accept).then(|| IncludeObject::parse(query.get("includeObject")))
 }
 
@@ -153,8 +173,14 @@ fn object_response(
     let object = list::versioned(object, api_version);
     match table {
         Some(include) => {
-            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            json_response(code, &table::render(ty, &[&object], include, json!({"resourceVersion": rv})))
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            json_response(
+                code,
+                &table::render(ty, &[&object], include, json!({"resourceVersion": rv})),
+            )
         }
         None => json_response(code, &object),
     }
@@ -164,7 +190,8 @@ fn delete_options(bytes: &[u8]) -> Result<Preconditions, ApiStatus> {
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiStatus::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiStatus::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     let precondition = |field: &str| {
         body.pointer(&format!("/preconditions/{field}"))
@@ -195,12 +222,18 @@ fn deleted_status(ty: &ResourceType, object: &Value) -> Value {
 
 /// Bodies in these encodings (kubectl's typed clients send protobuf) are not decoded.
 fn check_content_type(parts: &Parts) -> Result<(), ApiStatus> {
-    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if content_type.contains("protobuf") || content_type.contains("cbor") {
         return Err(ApiStatus::new(
             415,
             "UnsupportedMediaType",
-            format!("the wasmformer dev cluster only accepts JSON request bodies, not {content_type:?}"),
+            format!(
+                "the wasmformer dev cluster only accepts JSON request bodies, not {content_type:?}"
+            ),
         ));
     }
     Ok(())
@@ -215,19 +248,35 @@ async fn scale_request(
     ty: &ResourceType,
     verb: Verb,
 ) -> Result<Response, ApiStatus> {
-    let key = ObjectKey::new(ty.id.clone(), path.namespace.as_deref(), path.name.clone().unwrap_or_default());
+    let key = ObjectKey::new(
+        ty.id.clone(),
+        path.namespace.as_deref(),
+        path.name.clone().unwrap_or_default(),
+    );
     let wanted = match verb {
-        Verb::Get => return Ok(json_response(StatusCode::OK, &scale::of(&*app.store.get(&key)?))),
+        Verb::Get => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &scale::of(&*app.store.get(&key)?),
+            ));
+        }
         Verb::Update => parse_object(&read_body(body).await?)?,
         Verb::Patch => {
-            let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let patch = Patch::decode(content_type, &read_body(body).await?).map_err(|e| ApiStatus::from(&e))?;
+            let content_type = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let patch = Patch::decode(content_type, &read_body(body).await?)
+                .map_err(|e| ApiStatus::from(&e))?;
             let current = scale::of(&*app.store.get(&key)?);
             patch.apply_to(&current).map_err(|e| ApiStatus::from(&e))?
         }
         _ => return Err(ApiStatus::method_not_allowed(parts.method.as_str())),
     };
-    let updated = app.store.patch(&key, &scale::to_patch(&wanted)?, Part::Main)?;
+    let updated = app
+        .store
+        .patch(&key, &scale::to_patch(&wanted)?, Part::Main)?;
     Ok(json_response(StatusCode::OK, &scale::of(&updated)))
 }
 
@@ -245,12 +294,16 @@ async fn resource(
     }
     check_content_type(parts)?;
     if query.get("dryRun").is_some() {
-        return Err(ApiStatus::bad_request("dryRun is not supported by the wasmformer dev cluster"));
+        return Err(ApiStatus::bad_request(
+            "dryRun is not supported by the wasmformer dev cluster",
+        ));
     }
     let part = match path.subresource.as_deref() {
         None => Part::Main,
         Some("status") if ty.status_subresource => Part::Status,
-        Some("scale") if ty.scale_subresource => return scale_request(app, parts, body, path, &ty, verb).await,
+        Some("scale") if ty.scale_subresource => {
+            return scale_request(app, parts, body, path, &ty, verb).await;
+        }
         Some(_) => return Err(ApiStatus::unknown_path()),
     };
     let api_version = ty.api_version(&path.version);
@@ -278,31 +331,66 @@ async fn resource(
         }
         (Verb::Get, Some(name)) => {
             let object = store.get(&key(name))?;
-            Ok(object_response(StatusCode::OK, &ty, &api_version, &object, table))
+            Ok(object_response(
+                StatusCode::OK,
+                &ty,
+                &api_version,
+                &object,
+                table,
+            ))
         }
         (Verb::Create, None) => {
             let object = parse_object(&read_body(body).await?)?;
             let created = store.create(&ty.id, namespace, object)?;
-            Ok(object_response(StatusCode::CREATED, &ty, &api_version, &created, None))
+            Ok(object_response(
+                StatusCode::CREATED,
+                &ty,
+                &api_version,
+                &created,
+                None,
+            ))
         }
         (Verb::Update, Some(name)) => {
             let object = parse_object(&read_body(body).await?)?;
             let updated = store.replace(&key(name), object, part)?;
-            Ok(object_response(StatusCode::OK, &ty, &api_version, &updated, None))
+            Ok(object_response(
+                StatusCode::OK,
+                &ty,
+                &api_version,
+                &updated,
+                None,
+            ))
         }
         (Verb::Patch, Some(name)) => {
-            let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let patch = Patch::decode(content_type, &read_body(body).await?).map_err(|e| ApiStatus::from(&e))?;
+            let content_type = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let patch = Patch::decode(content_type, &read_body(body).await?)
+                .map_err(|e| ApiStatus::from(&e))?;
             let existed = store.get(&key(name)).is_ok();
             let patched = store.patch(&key(name), &patch, part)?;
-            let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
+            let code = if existed {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
             Ok(object_response(code, &ty, &api_version, &patched, None))
         }
         (Verb::Delete, Some(name)) => {
             let preconditions = delete_options(&read_body(body).await?)?;
             match store.delete(&key(name), &preconditions)? {
-                Deletion::Deleted(object) => Ok(json_response(StatusCode::OK, &deleted_status(&ty, &object))),
-                Deletion::Finalizing(object) => Ok(object_response(StatusCode::OK, &ty, &api_version, &object, None)),
+                Deletion::Deleted(object) => {
+                    Ok(json_response(StatusCode::OK, &deleted_status(&ty, &object)))
+                }
+                Deletion::Finalizing(object) => Ok(object_response(
+                    StatusCode::OK,
+                    &ty,
+                    &api_version,
+                    &object,
+                    None,
+                )),
             }
         }
         (Verb::DeleteCollection, None) => {
@@ -315,7 +403,9 @@ async fn resource(
                 let namespace = object["metadata"]["namespace"].as_str();
                 let key = ObjectKey::new(ty.id.clone(), namespace, name);
                 match store.delete(&key, &preconditions) {
-                    Ok(Deletion::Deleted(o) | Deletion::Finalizing(o)) => deleted.push(list::versioned(&o, &api_version).into_owned()),
+                    Ok(Deletion::Deleted(o) | Deletion::Finalizing(o)) => {
+                        deleted.push(list::versioned(&o, &api_version).into_owned())
+                    }
                     Err(crate::store::Error::NotFound { .. }) => {}
                     Err(other) => return Err(other.into()),
                 }

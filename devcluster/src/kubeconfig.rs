@@ -57,7 +57,15 @@ mod tests {
         assert_eq!(parsed.current_context.as_deref(), Some(CONTEXT_NAME));
         let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("http://127.0.0.1:1234"));
-        assert_eq!(parsed.contexts[0].context.as_ref().unwrap().namespace.as_deref(), Some("default"));
+        assert_eq!(
+            parsed.contexts[0]
+                .context
+                .as_ref()
+                .unwrap()
+                .namespace
+                .as_deref(),
+            Some("default")
+        );
     }
 
     #[test]

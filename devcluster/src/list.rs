@@ -38,8 +38,15 @@ pub(crate) struct Selection {
 
 impl Selection {
     pub(crate) fn matches(&self, object: &Value) -> bool {
-        let meta = |field: &str| object.pointer(&format!("/metadata/{field}")).and_then(Value::as_str).unwrap_or("");
-        self.namespace.as_deref().is_none_or(|ns| meta("namespace") == ns)
+        let meta = |field: &str| {
+            object
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| meta("namespace") == ns)
             && self.name.as_deref().is_none_or(|name| meta("name") == name)
             && self.label.matches_object(object)
             && self.field.matches_object(object)
@@ -76,7 +83,9 @@ impl ContinueToken {
 
     pub(crate) fn decode(text: &str) -> Result<Self, ApiStatus> {
         let invalid = || ApiStatus::bad_request(format!("continue key is not valid: {text:?}"));
-        let bytes = URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')).map_err(|_| invalid())?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(text.trim_end_matches('='))
+            .map_err(|_| invalid())?;
         serde_json::from_slice(&bytes).map_err(|_| invalid())
     }
 }
@@ -112,7 +121,10 @@ impl ListOptions {
         let number = |key: &str| -> Result<Option<u64>, ApiStatus> {
             query
                 .get(key)
-                .map(|v| v.parse::<u64>().map_err(|_| ApiStatus::bad_request(format!("invalid {key} {v:?}"))))
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| ApiStatus::bad_request(format!("invalid {key} {v:?}")))
+                })
                 .transpose()
         };
         let resource_version = number("resourceVersion")?;
@@ -127,38 +139,68 @@ impl ListOptions {
                 ));
             }
         };
-        let continue_token = query.get("continue").map(ContinueToken::decode).transpose()?;
+        let continue_token = query
+            .get("continue")
+            .map(ContinueToken::decode)
+            .transpose()?;
         let send_initial_events = query.flag("sendInitialEvents");
         let allow_bookmarks = query.flag("allowWatchBookmarks").unwrap_or(false);
         let forbidden = |field: &str, why: &str| Err(invalid(field, &format!("Forbidden: {why}")));
         if watch {
             if send_initial_events.is_some() && version_match != Some(VersionMatch::NotOlderThan) {
-                return forbidden("resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+                return forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                );
             }
             if send_initial_events == Some(true) && !allow_bookmarks {
-                return forbidden("allowWatchBookmarks", "sendInitialEvents requires allowWatchBookmarks=true");
+                return forbidden(
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires allowWatchBookmarks=true",
+                );
             }
             if version_match.is_some() && send_initial_events.is_none() {
-                return forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided");
+                return forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                );
             }
             if version_match == Some(VersionMatch::Exact) {
-                return Err(invalid("resourceVersionMatch", "Unsupported value: \"Exact\": supported values: \"NotOlderThan\""));
+                return Err(invalid(
+                    "resourceVersionMatch",
+                    "Unsupported value: \"Exact\": supported values: \"NotOlderThan\"",
+                ));
             }
         } else {
             if version_match.is_some() && resource_version.is_none() {
-                return forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided");
+                return forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                );
             }
             if version_match.is_some() && continue_token.is_some() {
-                return forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided");
+                return forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                );
             }
             if version_match == Some(VersionMatch::Exact) && resource_version == Some(0) {
-                return forbidden("resourceVersionMatch", "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"");
+                return forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                );
             }
             if continue_token.is_some() && resource_version.is_some_and(|rv| rv != 0) {
-                return forbidden("resourceVersion", "specifying resource version is not allowed when using continue");
+                return forbidden(
+                    "resourceVersion",
+                    "specifying resource version is not allowed when using continue",
+                );
             }
             if send_initial_events.is_some() {
-                return forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list");
+                return forbidden(
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for list",
+                );
             }
         }
         Ok(Self {
@@ -183,7 +225,11 @@ impl ListOptions {
 /// `NotOlderThan` reads; 504 if it does not.
 pub(crate) async fn wait_for_version(store: &Store, rv: u64) -> Result<(), ApiStatus> {
     let mut latest = store.subscribe();
-    let reached = tokio::time::timeout(FUTURE_VERSION_WAIT, latest.wait_for(|current| *current >= rv)).await;
+    let reached = tokio::time::timeout(
+        FUTURE_VERSION_WAIT,
+        latest.wait_for(|current| *current >= rv),
+    )
+    .await;
     match reached {
         Ok(Ok(_)) => Ok(()),
         _ => Err(store::Error::TooLargeResourceVersion {
@@ -222,7 +268,11 @@ pub(crate) async fn serve(
     options: &ListOptions,
     table: Option<IncludeObject>,
 ) -> Result<Response, ApiStatus> {
-    let (at, after) = match (&options.continue_token, options.resource_version, options.version_match) {
+    let (at, after) = match (
+        &options.continue_token,
+        options.resource_version,
+        options.version_match,
+    ) {
         (Some(token), _, _) => (Some(token.rv), Some((token.ns.clone(), token.name.clone()))),
         (None, None | Some(0), _) => (None, None),
         (None, Some(rv), Some(VersionMatch::Exact)) => (Some(rv), None),
@@ -239,21 +289,32 @@ pub(crate) async fn serve(
         after: after.as_ref(),
         limit: options.limit,
     };
-    let page = store.page(request, &|o| options.selection.matches(o)).map_err(|e| match e {
-        store::Error::Expired(_) if options.continue_token.is_some() => ApiStatus::expired_continue(),
-        store::Error::Expired(expired) => ApiStatus::new(
-            410,
-            "Expired",
-            format!("too old resource version: {} ({})", expired.requested, expired.oldest),
-        ),
-        other => other.into(),
-    })?;
+    let page = store
+        .page(request, &|o| options.selection.matches(o))
+        .map_err(|e| match e {
+            store::Error::Expired(_) if options.continue_token.is_some() => {
+                ApiStatus::expired_continue()
+            }
+            store::Error::Expired(expired) => ApiStatus::new(
+                410,
+                "Expired",
+                format!(
+                    "too old resource version: {} ({})",
+                    expired.requested, expired.oldest
+                ),
+            ),
+            other => other.into(),
+        })?;
     let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
     if let Some(last) = &page.continue_after {
         metadata["continue"] = json!(ContinueToken::encode(page.resource_version, last));
     }
     let api_version = ty.api_version(version);
-    let items: Vec<Cow<'_, Value>> = page.items.iter().map(|o| versioned(o, &api_version)).collect();
+    let items: Vec<Cow<'_, Value>> = page
+        .items
+        .iter()
+        .map(|o| versioned(o, &api_version))
+        .collect();
     let body = match table {
         Some(include) => {
             let objects: Vec<&Value> = items.iter().map(|c| c.as_ref()).collect();
@@ -278,20 +339,33 @@ mod tests {
     fn parse(query: &str, watch: bool) -> Result<ListOptions, ApiStatus> {
         let registry = Registry::builtin();
         let pods = registry.get(&ResourceId::core("pods")).unwrap();
-        ListOptions::parse(&Query::parse(Some(query)), pods, Some("default"), None, watch)
+        ListOptions::parse(
+            &Query::parse(Some(query)),
+            pods,
+            Some("default"),
+            None,
+            watch,
+        )
     }
 
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {
         let token = ContinueToken::encode(42, &("ns".into(), "name".into()));
         let decoded = ContinueToken::decode(&token).unwrap();
-        assert_eq!((decoded.rv, decoded.ns.as_str(), decoded.name.as_str()), (42, "ns", "name"));
+        assert_eq!(
+            (decoded.rv, decoded.ns.as_str(), decoded.name.as_str()),
+            (42, "ns", "name")
+        );
         assert_eq!(ContinueToken::decode("not a token").unwrap_err().code, 400);
     }
 
     #[test]
     fn options_parse_selectors_and_paging() {
-        let options = parse("labelSelector=app%3Dweb&fieldSelector=spec.nodeName%3Dn1&limit=10", false).unwrap();
+        let options = parse(
+            "labelSelector=app%3Dweb&fieldSelector=spec.nodeName%3Dn1&limit=10",
+            false,
+        )
+        .unwrap();
         assert_eq!(options.limit, Some(10));
         assert!(options.selection.matches(&json!({"metadata": {"namespace": "default", "labels": {"app": "web"}}, "spec": {"nodeName": "n1"}})));
         assert!(!options.selection.matches(&json!({"metadata": {"namespace": "other", "labels": {"app": "web"}}, "spec": {"nodeName": "n1"}})));
@@ -299,17 +373,61 @@ mod tests {
 
     #[test]
     fn invalid_option_combinations_are_rejected_like_the_api_server() {
-        assert_eq!(parse("resourceVersionMatch=NotOlderThan", false).unwrap_err().code, 422);
-        assert_eq!(parse("resourceVersion=0&resourceVersionMatch=Exact", false).unwrap_err().code, 422);
-        assert_eq!(parse("resourceVersionMatch=Newest&resourceVersion=1", false).unwrap_err().code, 422);
-        assert_eq!(parse("sendInitialEvents=true&allowWatchBookmarks=true", true).unwrap_err().code, 422);
-        assert_eq!(parse("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0", true).unwrap_err().code, 422);
+        assert_eq!(
+            parse("resourceVersionMatch=NotOlderThan", false)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            parse("resourceVersion=0&resourceVersionMatch=Exact", false)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            parse("resourceVersionMatch=Newest&resourceVersion=1", false)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            parse("sendInitialEvents=true&allowWatchBookmarks=true", true)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            parse(
+                "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+                true
+            )
+            .unwrap_err()
+            .code,
+            422
+        );
         assert!(parse("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=&allowWatchBookmarks=true", true).is_ok());
-        assert_eq!(parse("resourceVersionMatch=NotOlderThan&resourceVersion=1", true).unwrap_err().code, 422);
-        assert_eq!(parse("sendInitialEvents=true", false).unwrap_err().code, 422);
+        assert_eq!(
+            parse("resourceVersionMatch=NotOlderThan&resourceVersion=1", true)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            parse("sendInitialEvents=true", false).unwrap_err().code,
+            422
+        );
         assert!(parse("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true", true).is_ok());
-        assert_eq!(parse("fieldSelector=spec.containers%3Dx", false).unwrap_err().code, 400);
-        assert_eq!(parse("labelSelector=a%20in%20b", false).unwrap_err().code, 400);
+        assert_eq!(
+            parse("fieldSelector=spec.containers%3Dx", false)
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            parse("labelSelector=a%20in%20b", false).unwrap_err().code,
+            400
+        );
         assert_eq!(parse("resourceVersion=abc", false).unwrap_err().code, 400);
     }
 }

@@ -142,12 +142,19 @@ impl RequestLog {
 
     /// Records after sequence number `seq`.
     pub fn since(&self, seq: u64) -> Vec<RequestRecord> {
-        self.records_guard().iter().filter(|r| r.seq > seq).cloned().collect()
+        self.records_guard()
+            .iter()
+            .filter(|r| r.seq > seq)
+            .cloned()
+            .collect()
     }
 
     /// How many kept records are `verb` on `resource` (`pods`, `deployments.apps`).
     pub fn count(&self, verb: Verb, resource: &str) -> usize {
-        self.records_guard().iter().filter(|r| r.is(verb, resource)).count()
+        self.records_guard()
+            .iter()
+            .filter(|r| r.is(verb, resource))
+            .count()
     }
 
     /// Like [`RequestLog::count`], for records after sequence number `seq`.
@@ -160,11 +167,19 @@ impl RequestLog {
 
     /// Waits for the first record after `seq` that satisfies `predicate` (it may already be
     /// in the log).
-    pub async fn wait_for(&self, seq: u64, predicate: impl Fn(&RequestRecord) -> bool) -> RequestRecord {
+    pub async fn wait_for(
+        &self,
+        seq: u64,
+        predicate: impl Fn(&RequestRecord) -> bool,
+    ) -> RequestRecord {
         let mut latest = self.inner.latest.subscribe();
         loop {
             latest.borrow_and_update();
-            if let Some(found) = self.records_guard().iter().find(|r| r.seq > seq && predicate(r)) {
+            if let Some(found) = self
+                .records_guard()
+                .iter()
+                .find(|r| r.seq > seq && predicate(r))
+            {
                 return found.clone();
             }
             if latest.changed().await.is_err() {
@@ -206,7 +221,11 @@ mod tests {
         let second = log.record(list("pods"));
         log.record(list("nodes"));
         assert_eq!(log.last_seq(), 3);
-        assert_eq!(log.count(Verb::List, "pods"), 1, "the oldest record was dropped");
+        assert_eq!(
+            log.count(Verb::List, "pods"),
+            1,
+            "the oldest record was dropped"
+        );
         assert_eq!(log.count_since(second.seq, Verb::List, "nodes"), 1);
         assert_eq!(log.since(second.seq).len(), 1);
         assert_eq!(log.records()[0].param("labelSelector"), Some("a=b"));
@@ -222,7 +241,10 @@ mod tests {
         });
         log.record(list("pods"));
         log.record(list("nodes"));
-        let found = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        let found = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(found.seq, 3);
     }
 }

@@ -131,7 +131,16 @@ type Builtin = (
 );
 
 const BUILTINS: &[Builtin] = &[
-    ("", "v1", "configmaps", "ConfigMap", true, &["cm"], false, &[]),
+    (
+        "",
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        true,
+        &["cm"],
+        false,
+        &[],
+    ),
     (
         "",
         "v1",
@@ -154,8 +163,26 @@ const BUILTINS: &[Builtin] = &[
             "type",
         ],
     ),
-    ("", "v1", "namespaces", "Namespace", false, &["ns"], true, &["status.phase"]),
-    ("", "v1", "nodes", "Node", false, &["no"], true, &["spec.unschedulable"]),
+    (
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        false,
+        &["ns"],
+        true,
+        &["status.phase"],
+    ),
+    (
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        false,
+        &["no"],
+        true,
+        &["spec.unschedulable"],
+    ),
     (
         "",
         "v1",
@@ -176,13 +203,67 @@ const BUILTINS: &[Builtin] = &[
         ],
     ),
     ("", "v1", "secrets", "Secret", true, &[], false, &["type"]),
-    ("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false, &[]),
+    (
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        false,
+        &[],
+    ),
     ("", "v1", "services", "Service", true, &["svc"], true, &[]),
-    ("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true, &[]),
-    ("apps", "v1", "deployments", "Deployment", true, &["deploy"], true, &[]),
-    ("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], true, &["status.replicas"]),
-    ("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true, &[]),
-    ("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false, &[]),
+    (
+        "apps",
+        "v1",
+        "daemonsets",
+        "DaemonSet",
+        true,
+        &["ds"],
+        true,
+        &[],
+    ),
+    (
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+        &[],
+    ),
+    (
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+        &["status.replicas"],
+    ),
+    (
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+        &[],
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        &[],
+        false,
+        &[],
+    ),
     (
         CRD_GROUP,
         "v1",
@@ -199,7 +280,14 @@ const BUILTINS: &[Builtin] = &[
 const SCALABLE: &[&str] = &["deployments", "replicasets", "statefulsets"];
 
 /// Resources kubectl lists for `kubectl get all`.
-const CATEGORY_ALL: &[&str] = &["pods", "services", "daemonsets", "deployments", "replicasets", "statefulsets"];
+const CATEGORY_ALL: &[&str] = &[
+    "pods",
+    "services",
+    "daemonsets",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+];
 
 /// The served resource types, keyed by [`ResourceId`].
 #[derive(Clone, Debug, Default)]
@@ -270,7 +358,10 @@ impl Registry {
                 }
             }
         }
-        groups.into_iter().map(|(g, v)| (g.to_string(), v)).collect()
+        groups
+            .into_iter()
+            .map(|(g, v)| (g.to_string(), v))
+            .collect()
     }
 
     pub(crate) fn insert(&mut self, ty: ResourceType) {
@@ -283,7 +374,9 @@ impl Registry {
 
     /// Whether `id` is one of the built-in types (which a CRD may not replace).
     pub(crate) fn is_builtin(id: &ResourceId) -> bool {
-        BUILTINS.iter().any(|b| b.0 == id.group && b.2 == id.resource)
+        BUILTINS
+            .iter()
+            .any(|b| b.0 == id.group && b.2 == id.resource)
     }
 }
 
@@ -299,10 +392,17 @@ mod tests {
         assert!(deploy.namespaced);
         assert_eq!(deploy.api_version("v1"), "apps/v1");
         assert!(registry.resolve("apps", "v1beta1", "deployments").is_none());
-        assert_eq!(registry.by_kind("v1", "Node").unwrap().id, ResourceId::core("nodes"));
+        assert_eq!(
+            registry.by_kind("v1", "Node").unwrap().id,
+            ResourceId::core("nodes")
+        );
         assert!(!registry.by_kind("v1", "Node").unwrap().namespaced);
         assert_eq!(
-            registry.by_kind("coordination.k8s.io/v1", "Lease").unwrap().id.resource,
+            registry
+                .by_kind("coordination.k8s.io/v1", "Lease")
+                .unwrap()
+                .id
+                .resource,
             "leases"
         );
     }
@@ -322,6 +422,9 @@ mod tests {
         assert!(pods.supports_field("spec.nodeName"));
         assert!(pods.supports_field("metadata.name"));
         assert!(!pods.supports_field("spec.containers"));
-        assert_eq!(ResourceId::new("apps", "deployments").to_string(), "deployments.apps");
+        assert_eq!(
+            ResourceId::new("apps", "deployments").to_string(),
+            "deployments.apps"
+        );
     }
 }

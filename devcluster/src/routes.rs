@@ -43,12 +43,18 @@ pub(crate) struct ResourcePath {
 
 /// Classifies a request path.
 pub(crate) fn parse(path: &str) -> Route {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     match segments.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
         ["openapi", ..] => Route::OpenApi,
-        ["wasmformer-dev", rest @ ..] => Route::Control(rest.iter().map(|s| s.to_string()).collect()),
+        ["wasmformer-dev", rest @ ..] => {
+            Route::Control(rest.iter().map(|s| s.to_string()).collect())
+        }
         ["api"] => Route::CoreVersions,
         ["apis"] => Route::Groups,
         ["apis", group] => Route::Group(group.to_string()),
@@ -84,7 +90,9 @@ fn resource(group: &str, version: &str, rest: &[&str]) -> Route {
     };
     match rest {
         [resource] => path(None, resource, None, None),
-        ["namespaces", name, sub @ ("status" | "finalize")] => path(None, "namespaces", Some(name), Some(sub)),
+        ["namespaces", name, sub @ ("status" | "finalize")] => {
+            path(None, "namespaces", Some(name), Some(sub))
+        }
         ["namespaces", ns, resource] => path(Some(ns), resource, None, None),
         ["namespaces", ns, resource, name] => path(Some(ns), resource, Some(name), None),
         ["namespaces", ns, resource, name, sub] => path(Some(ns), resource, Some(name), Some(sub)),
@@ -111,7 +119,10 @@ impl Query {
 
     /// A non-empty parameter.
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.pairs.get(key).map(String::as_str).filter(|v| !v.is_empty())
+        self.pairs
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     /// A boolean parameter (`true`/`1`, `false`/`0`); `None` when absent or unrecognised.
@@ -145,32 +156,68 @@ mod tests {
         assert_eq!(parse("/api"), Route::CoreVersions);
         assert_eq!(parse("/apis"), Route::Groups);
         assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
-        assert_eq!(parse("/api/v1"), Route::Resources { group: String::new(), version: "v1".into() });
-        assert_eq!(parse("/apis/apps/v1/"), Route::Resources { group: "apps".into(), version: "v1".into() });
+        assert_eq!(
+            parse("/api/v1"),
+            Route::Resources {
+                group: String::new(),
+                version: "v1".into()
+            }
+        );
+        assert_eq!(
+            parse("/apis/apps/v1/"),
+            Route::Resources {
+                group: "apps".into(),
+                version: "v1".into()
+            }
+        );
         assert_eq!(parse("/openapi/v3/apis/apps/v1"), Route::OpenApi);
-        assert_eq!(parse("/wasmformer-dev/faults/pause"), Route::Control(vec!["faults".into(), "pause".into()]));
+        assert_eq!(
+            parse("/wasmformer-dev/faults/pause"),
+            Route::Control(vec!["faults".into(), "pause".into()])
+        );
         assert_eq!(parse("/nothing/here"), Route::Unknown);
     }
 
     #[test]
     fn namespaced_and_cluster_resource_paths() {
         let p = resource_path("/api/v1/namespaces/default/pods/web/status");
-        assert_eq!((p.namespace.as_deref(), p.resource.as_str()), (Some("default"), "pods"));
-        assert_eq!((p.name.as_deref(), p.subresource.as_deref()), (Some("web"), Some("status")));
+        assert_eq!(
+            (p.namespace.as_deref(), p.resource.as_str()),
+            (Some("default"), "pods")
+        );
+        assert_eq!(
+            (p.name.as_deref(), p.subresource.as_deref()),
+            (Some("web"), Some("status"))
+        );
         let p = resource_path("/apis/apps/v1/deployments");
-        assert_eq!((p.group.as_str(), p.namespace, p.name), ("apps", None, None));
+        assert_eq!(
+            (p.group.as_str(), p.namespace, p.name),
+            ("apps", None, None)
+        );
         let p = resource_path("/api/v1/nodes/n1");
-        assert_eq!((p.resource.as_str(), p.name.as_deref()), ("nodes", Some("n1")));
+        assert_eq!(
+            (p.resource.as_str(), p.name.as_deref()),
+            ("nodes", Some("n1"))
+        );
     }
 
     #[test]
     fn the_namespaces_resource_itself() {
         let p = resource_path("/api/v1/namespaces/team");
-        assert_eq!((p.namespace, p.resource.as_str(), p.name.as_deref()), (None, "namespaces", Some("team")));
+        assert_eq!(
+            (p.namespace, p.resource.as_str(), p.name.as_deref()),
+            (None, "namespaces", Some("team"))
+        );
         let p = resource_path("/api/v1/namespaces/team/status");
-        assert_eq!((p.resource.as_str(), p.subresource.as_deref()), ("namespaces", Some("status")));
+        assert_eq!(
+            (p.resource.as_str(), p.subresource.as_deref()),
+            ("namespaces", Some("status"))
+        );
         let p = resource_path("/api/v1/namespaces/team/configmaps");
-        assert_eq!((p.namespace.as_deref(), p.resource.as_str()), (Some("team"), "configmaps"));
+        assert_eq!(
+            (p.namespace.as_deref(), p.resource.as_str()),
+            (Some("team"), "configmaps")
+        );
     }
 
     #[test]
@@ -182,7 +229,9 @@ mod tests {
 
     #[test]
     fn query_decoding() {
-        let q = Query::parse(Some("labelSelector=app%3Dweb%2Ctier+in+(a)&watch=1&limit=&x=false"));
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dweb%2Ctier+in+(a)&watch=1&limit=&x=false",
+        ));
         assert_eq!(q.get("labelSelector"), Some("app=web,tier in (a)"));
         assert_eq!(q.flag("watch"), Some(true));
         assert_eq!(q.flag("x"), Some(false));

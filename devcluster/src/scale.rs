@@ -39,9 +39,19 @@ pub(crate) fn to_patch(scale: &Value) -> Result<Patch, ApiStatus> {
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .filter(|r| *r >= 0)
-        .ok_or_else(|| ApiStatus::invalid_options("Scale", "spec.replicas", "Invalid value: must be a non-negative integer"))?;
+        .ok_or_else(|| {
+            ApiStatus::invalid_options(
+                "Scale",
+                "spec.replicas",
+                "Invalid value: must be a non-negative integer",
+            )
+        })?;
     let mut patch = json!({"spec": {"replicas": replicas}});
-    if let Some(rv) = scale.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty()) {
+    if let Some(rv) = scale
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|rv| !rv.is_empty())
+    {
         patch["metadata"] = json!({"resourceVersion": rv});
     }
     Ok(Patch::Merge(patch))
@@ -58,11 +68,24 @@ mod tests {
             "status": {"replicas": 1}});
         let scale = of(&deployment);
         assert_eq!(scale["spec"]["replicas"], 2);
-        assert_eq!(scale["status"], json!({"replicas": 1, "selector": "app=web,tier=front"}));
+        assert_eq!(
+            scale["status"],
+            json!({"replicas": 1, "selector": "app=web,tier=front"})
+        );
         let mut wanted = scale.clone();
         wanted["spec"]["replicas"] = json!(5);
-        let Patch::Merge(patch) = to_patch(&wanted).unwrap() else { panic!("merge patch") };
-        assert_eq!(patch, json!({"spec": {"replicas": 5}, "metadata": {"resourceVersion": "7"}}));
-        assert_eq!(to_patch(&json!({"spec": {"replicas": -1}})).unwrap_err().code, 422);
+        let Patch::Merge(patch) = to_patch(&wanted).unwrap() else {
+            panic!("merge patch")
+        };
+        assert_eq!(
+            patch,
+            json!({"spec": {"replicas": 5}, "metadata": {"resourceVersion": "7"}})
+        );
+        assert_eq!(
+            to_patch(&json!({"spec": {"replicas": -1}}))
+                .unwrap_err()
+                .code,
+            422
+        );
     }
 }

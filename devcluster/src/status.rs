@@ -45,14 +45,24 @@ impl ApiStatus {
     /// 404 for a path or resource the server does not serve.
     pub fn unknown_path() -> Self {
         Self {
-            details: Some(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})),
-            ..Self::new(404, "NotFound", "the server could not find the requested resource")
+            details: Some(
+                json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}),
+            ),
+            ..Self::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
         }
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("the server does not allow this method on the requested resource: {method}"))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {method}"),
+        )
     }
 
     /// 422 Invalid for request options (`ListOptions`, `WatchOptions`).
@@ -61,7 +71,11 @@ impl ApiStatus {
         Self {
             details: Some(json!({"group": "meta.k8s.io", "kind": kind,
                 "causes": [{"reason": "FieldValueInvalid", "message": detail, "field": field}]})),
-            ..Self::new(422, "Invalid", format!("{kind}.meta.k8s.io \"\" is invalid: {field}: {detail}"))
+            ..Self::new(
+                422,
+                "Invalid",
+                format!("{kind}.meta.k8s.io \"\" is invalid: {field}: {detail}"),
+            )
         }
     }
 
@@ -84,7 +98,11 @@ impl ApiStatus {
         Self {
             details: Some(json!({"retryAfterSeconds": retry_after})),
             retry_after: Some(retry_after),
-            ..Self::new(429, "TooManyRequests", "the server has received too many requests and has asked us to try again later")
+            ..Self::new(
+                429,
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later",
+            )
         }
     }
 
@@ -109,9 +127,16 @@ impl ApiStatus {
 impl IntoResponse for ApiStatus {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (code, [(header::CONTENT_TYPE, "application/json")], self.to_value().to_string()).into_response();
+        let mut response = (
+            code,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.to_value().to_string(),
+        )
+            .into_response();
         if let Some(seconds) = self.retry_after {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }
@@ -134,20 +159,36 @@ impl From<store::Error> for ApiStatus {
                 details: Some(object_details(&resource, &name)),
                 ..Self::new(409, "AlreadyExists", message)
             },
-            E::Conflict { resource, name, reason } => Self {
+            E::Conflict {
+                resource,
+                name,
+                reason,
+            } => Self {
                 details: Some(object_details(&resource, &name)),
-                ..Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {resource} {name:?}: {reason}"))
+                ..Self::new(
+                    409,
+                    "Conflict",
+                    format!("Operation cannot be fulfilled on {resource} {name:?}: {reason}"),
+                )
             },
             E::Invalid { kind, name, causes } => {
                 let listed: Vec<String> = causes.iter().map(ToString::to_string).collect();
-                let summary = if listed.len() == 1 { listed[0].clone() } else { format!("[{}]", listed.join(", ")) };
+                let summary = if listed.len() == 1 {
+                    listed[0].clone()
+                } else {
+                    format!("[{}]", listed.join(", "))
+                };
                 let causes: Vec<Value> = causes
                     .iter()
                     .map(|c| json!({"reason": c.reason, "message": c.detail, "field": c.field}))
                     .collect();
                 Self {
                     details: Some(json!({"name": name, "kind": kind, "causes": causes})),
-                    ..Self::new(422, "Invalid", format!("{kind} {name:?} is invalid: {summary}"))
+                    ..Self::new(
+                        422,
+                        "Invalid",
+                        format!("{kind} {name:?} is invalid: {summary}"),
+                    )
                 }
             }
             E::BadRequest { .. } => Self::bad_request(message),
@@ -158,8 +199,10 @@ impl From<store::Error> for ApiStatus {
             },
             E::Expired(_) => Self::new(410, "Expired", message),
             E::TooLargeResourceVersion { .. } => Self {
-                details: Some(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1})),
+                details: Some(
+                    json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1}),
+                ),
                 retry_after: Some(1),
                 ..Self::new(504, "Timeout", message)
             },
@@ -171,7 +214,9 @@ impl From<store::Error> for ApiStatus {
 impl From<&patch::Error> for ApiStatus {
     fn from(error: &patch::Error) -> Self {
         match error {
-            patch::Error::UnsupportedMediaType { .. } => Self::new(415, "UnsupportedMediaType", error.to_string()),
+            patch::Error::UnsupportedMediaType { .. } => {
+                Self::new(415, "UnsupportedMediaType", error.to_string())
+            }
             patch::Error::Malformed { .. } => Self::bad_request(error.to_string()),
             patch::Error::JsonPatch { .. } => Self::new(422, "Invalid", error.to_string()),
         }
@@ -199,7 +244,10 @@ mod tests {
         assert_eq!(value["message"], "deployments.apps \"web\" not found");
         assert_eq!(value["reason"], "NotFound");
         assert_eq!(value["code"], 404);
-        assert_eq!(value["details"], json!({"name": "web", "group": "apps", "kind": "deployments"}));
+        assert_eq!(
+            value["details"],
+            json!({"name": "web", "group": "apps", "kind": "deployments"})
+        );
     }
 
     #[test]
@@ -210,7 +258,11 @@ mod tests {
             reason: "the object has been modified; please apply your changes to the latest version and try again".into(),
         });
         assert_eq!(conflict.code, 409);
-        assert!(conflict.message.starts_with("Operation cannot be fulfilled on configmaps \"a\""));
+        assert!(
+            conflict
+                .message
+                .starts_with("Operation cannot be fulfilled on configmaps \"a\"")
+        );
         let invalid = ApiStatus::from(store::Error::Invalid {
             kind: "Pod".into(),
             name: String::new(),
@@ -221,8 +273,14 @@ mod tests {
             }],
         });
         assert_eq!(invalid.code, 422);
-        assert_eq!(invalid.message, "Pod \"\" is invalid: metadata.name: Required value: name or generateName is required");
-        assert_eq!(invalid.to_value()["details"]["causes"][0]["reason"], "FieldValueRequired");
+        assert_eq!(
+            invalid.message,
+            "Pod \"\" is invalid: metadata.name: Required value: name or generateName is required"
+        );
+        assert_eq!(
+            invalid.to_value()["details"]["causes"][0]["reason"],
+            "FieldValueRequired"
+        );
     }
 
     #[test]

@@ -53,7 +53,11 @@ const AGE: Column = Column {
 };
 
 fn text(object: &Value, pointer: &str) -> String {
-    object.pointer(pointer).and_then(Value::as_str).unwrap_or("").to_string()
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 fn number(object: &Value, pointer: &str) -> i64 {
@@ -69,10 +73,19 @@ fn extra_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
     };
     match (ty.id.group.as_str(), ty.id.resource.as_str()) {
         ("", "pods") => {
-            let statuses = object.pointer("/status/containerStatuses").and_then(Value::as_array);
+            let statuses = object
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array);
             let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
-            let total = object.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
-            let restarts: i64 = statuses.map_or(0, |s| s.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum());
+            let total = object
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let restarts: i64 = statuses.map_or(0, |s| {
+                s.iter()
+                    .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                    .sum()
+            });
             let status = if object.pointer("/metadata/deletionTimestamp").is_some() {
                 "Terminating".to_string()
             } else {
@@ -87,21 +100,48 @@ fn extra_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
         ("apps", "deployments") => vec![
             (
                 column("Ready", "string"),
-                json!(format!("{}/{}", number(object, "/status/readyReplicas"), number(object, "/spec/replicas"))),
+                json!(format!(
+                    "{}/{}",
+                    number(object, "/status/readyReplicas"),
+                    number(object, "/spec/replicas")
+                )),
             ),
-            (column("Up-to-date", "integer"), json!(number(object, "/status/updatedReplicas"))),
-            (column("Available", "integer"), json!(number(object, "/status/availableReplicas"))),
+            (
+                column("Up-to-date", "integer"),
+                json!(number(object, "/status/updatedReplicas")),
+            ),
+            (
+                column("Available", "integer"),
+                json!(number(object, "/status/availableReplicas")),
+            ),
         ],
         ("apps", "replicasets") => vec![
-            (column("Desired", "integer"), json!(number(object, "/spec/replicas"))),
-            (column("Current", "integer"), json!(number(object, "/status/replicas"))),
-            (column("Ready", "integer"), json!(number(object, "/status/readyReplicas"))),
+            (
+                column("Desired", "integer"),
+                json!(number(object, "/spec/replicas")),
+            ),
+            (
+                column("Current", "integer"),
+                json!(number(object, "/status/replicas")),
+            ),
+            (
+                column("Ready", "integer"),
+                json!(number(object, "/status/readyReplicas")),
+            ),
         ],
-        ("", "namespaces") => vec![(column("Status", "string"), json!(text(object, "/status/phase")))],
+        ("", "namespaces") => vec![(
+            column("Status", "string"),
+            json!(text(object, "/status/phase")),
+        )],
         ("", "configmaps") => {
             let count = ["data", "binaryData"]
                 .iter()
-                .map(|f| object.get(*f).and_then(Value::as_object).map_or(0, |m| m.len()))
+                .map(|f| {
+                    object
+                        .get(*f)
+                        .and_then(Value::as_object)
+                        .map_or(0, |m| m.len())
+                })
                 .sum::<usize>();
             vec![(column("Data", "integer"), json!(count))]
         }
@@ -169,8 +209,17 @@ fn row(ty: &ResourceType, object: &Value, include: IncludeObject) -> Value {
 }
 
 /// A Table of `objects`; `metadata` is the list metadata (resourceVersion, continue).
-pub(crate) fn render(ty: &ResourceType, objects: &[&Value], include: IncludeObject, metadata: Value) -> Value {
-    let sample = objects.first().copied().cloned().unwrap_or_else(|| json!({}));
+pub(crate) fn render(
+    ty: &ResourceType,
+    objects: &[&Value],
+    include: IncludeObject,
+    metadata: Value,
+) -> Value {
+    let sample = objects
+        .first()
+        .copied()
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let mut columns = vec![NAME];
     columns.extend(extra_columns(ty, &sample).into_iter().map(|(c, _)| c));
     columns.push(AGE);
@@ -210,7 +259,11 @@ mod tests {
             (3 * 365 * 86400 + 86400, "3y1d"),
         ];
         for (secs, expected) in cases {
-            assert_eq!(human_duration(Duration::from_secs(secs)), expected, "{secs}s");
+            assert_eq!(
+                human_duration(Duration::from_secs(secs)),
+                expected,
+                "{secs}s"
+            );
         }
     }
 
@@ -223,19 +276,38 @@ mod tests {
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1}]}
         });
-        let table = render(pods, &[&pod], IncludeObject::Metadata, json!({"resourceVersion": "9"}));
-        let names: Vec<&str> = table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let table = render(
+            pods,
+            &[&pod],
+            IncludeObject::Metadata,
+            json!({"resourceVersion": "9"}),
+        );
+        let names: Vec<&str> = table["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, vec!["Name", "Ready", "Status", "Restarts", "Age"]);
         let cells = table["rows"][0]["cells"].as_array().unwrap();
-        assert_eq!(cells[..4], [json!("web-1"), json!("1/2"), json!("Running"), json!("3")]);
-        assert!(cells[4].as_str().unwrap().contains('y'), "created years ago: {}", cells[4]);
+        assert_eq!(
+            cells[..4],
+            [json!("web-1"), json!("1/2"), json!("Running"), json!("3")]
+        );
+        assert!(
+            cells[4].as_str().unwrap().contains('y'),
+            "created years ago: {}",
+            cells[4]
+        );
         assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(table["metadata"]["resourceVersion"], "9");
     }
 
     #[test]
     fn accept_header_detection() {
-        assert!(wanted("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
+        assert!(wanted(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
         assert!(!wanted("application/json"));
     }
 }

@@ -92,7 +92,9 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
     let start = start_of(&setup.options);
     let store = setup.store.clone();
     let selection = setup.options.selection.clone();
-    if let (Start::Snapshot { end_marker: true }, Some(rv @ 1..)) = (start, setup.options.resource_version) {
+    if let (Start::Snapshot { end_marker: true }, Some(rv @ 1..)) =
+        (start, setup.options.resource_version)
+    {
         list::wait_for_version(&store, rv).await?;
     }
     let mut latest = store.subscribe();
@@ -106,7 +108,9 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
                 after: None,
                 limit: None,
             };
-            let page = store.page(request, &|o| selection.matches(o)).map_err(ApiStatus::from)?;
+            let page = store
+                .page(request, &|o| selection.matches(o))
+                .map_err(ApiStatus::from)?;
             (page.items.into(), page.resource_version)
         }
         Start::After(rv) => (VecDeque::new(), rv),
@@ -130,7 +134,10 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
         Some((Ok::<_, Infallible>(chunk), stream))
     });
     Ok((
-        [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-cache, private")],
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache, private"),
+        ],
         Body::from_stream(body),
     )
         .into_response())
@@ -141,8 +148,16 @@ impl WatchStream {
         let rendered;
         let object = match self.setup.table {
             Some(include) if kind != "BOOKMARK" && kind != "ERROR" => {
-                let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-                rendered = table::render(&self.setup.ty, &[object], include, json!({"resourceVersion": rv}));
+                let rv = object
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                rendered = table::render(
+                    &self.setup.ty,
+                    &[object],
+                    include,
+                    json!({"resourceVersion": rv}),
+                );
                 &rendered
             }
             _ => object,
@@ -157,7 +172,8 @@ impl WatchStream {
     }
 
     fn bookmark(&self, initial_end: bool) -> Bytes {
-        let mut metadata = json!({"resourceVersion": self.cursor.to_string(), "creationTimestamp": null});
+        let mut metadata =
+            json!({"resourceVersion": self.cursor.to_string(), "creationTimestamp": null});
         if initial_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
@@ -170,10 +186,15 @@ impl WatchStream {
     /// The event this watcher sees for a stored change, after selectors.
     fn translate(selection: &Selection, event: &StoredEvent) -> Option<(EventKind, Arc<Value>)> {
         let now = selection.matches(&event.object);
-        let before = event.previous.as_deref().is_some_and(|p| selection.matches(p));
+        let before = event
+            .previous
+            .as_deref()
+            .is_some_and(|p| selection.matches(p));
         match (event.kind, before, now) {
             (EventKind::Added, _, true) => Some((EventKind::Added, event.object.clone())),
-            (EventKind::Deleted, _, _) if now || before => Some((EventKind::Deleted, event.object.clone())),
+            (EventKind::Deleted, _, _) if now || before => {
+                Some((EventKind::Deleted, event.object.clone()))
+            }
             (EventKind::Modified, true, true) => Some((EventKind::Modified, event.object.clone())),
             (EventKind::Modified, false, true) => Some((EventKind::Added, event.object.clone())),
             (EventKind::Modified, true, false) => {
@@ -187,7 +208,9 @@ impl WatchStream {
     }
 
     fn closed(&self) -> bool {
-        self.closer.has_changed().unwrap_or(true) || self.setup.faults.is_stopping() || Instant::now() >= self.deadline
+        self.closer.has_changed().unwrap_or(true)
+            || self.setup.faults.is_stopping()
+            || Instant::now() >= self.deadline
     }
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
@@ -213,13 +236,20 @@ impl WatchStream {
             }
             self.latest.borrow_and_update();
             let before = self.cursor;
-            match self.setup.store.events_after(&self.setup.ty.id, self.cursor, BATCH) {
+            match self
+                .setup
+                .store
+                .events_after(&self.setup.ty.id, self.cursor, BATCH)
+            {
                 Err(crate::store::Error::Expired(expired)) => {
                     self.done = true;
                     let status = ApiStatus::new(
                         410,
                         "Expired",
-                        format!("too old resource version: {} ({})", expired.requested, expired.oldest),
+                        format!(
+                            "too old resource version: {} ({})",
+                            expired.requested, expired.oldest
+                        ),
                     );
                     self.write(&mut out, "ERROR", &status.to_value());
                     return Some(out.into());
@@ -232,7 +262,9 @@ impl WatchStream {
                 Ok((events, reached)) => {
                     self.cursor = reached;
                     for event in &events {
-                        if let Some((kind, object)) = Self::translate(&self.setup.options.selection, event) {
+                        if let Some((kind, object)) =
+                            Self::translate(&self.setup.options.selection, event)
+                        {
                             self.write_object(&mut out, kind, &object);
                         }
                     }
@@ -284,7 +316,10 @@ mod tests {
             label: "app=web".parse().unwrap(),
             ..Default::default()
         };
-        let translate = |e: &StoredEvent| WatchStream::translate(&selection, e).map(|(k, o)| (k, o["metadata"]["resourceVersion"].clone()));
+        let translate = |e: &StoredEvent| {
+            WatchStream::translate(&selection, e)
+                .map(|(k, o)| (k, o["metadata"]["resourceVersion"].clone()))
+        };
         let stops = event(EventKind::Modified, labelled("db"), Some(labelled("web")));
         assert_eq!(translate(&stops), Some((EventKind::Deleted, json!("7"))));
         let starts = event(EventKind::Modified, labelled("web"), Some(labelled("db")));
@@ -293,7 +328,10 @@ mod tests {
         assert_eq!(translate(&stays).map(|t| t.0), Some(EventKind::Modified));
         let never = event(EventKind::Modified, labelled("db"), Some(labelled("db")));
         assert_eq!(translate(&never), None);
-        assert_eq!(translate(&event(EventKind::Added, labelled("db"), None)), None);
+        assert_eq!(
+            translate(&event(EventKind::Added, labelled("db"), None)),
+            None
+        );
     }
 
     #[test]
@@ -303,10 +341,19 @@ mod tests {
             resource_version: rv,
             ..Default::default()
         };
-        assert_eq!(start_of(&options(None, None)), Start::Snapshot { end_marker: false });
-        assert_eq!(start_of(&options(None, Some(0))), Start::Snapshot { end_marker: false });
+        assert_eq!(
+            start_of(&options(None, None)),
+            Start::Snapshot { end_marker: false }
+        );
+        assert_eq!(
+            start_of(&options(None, Some(0))),
+            Start::Snapshot { end_marker: false }
+        );
         assert_eq!(start_of(&options(None, Some(5))), Start::After(5));
-        assert_eq!(start_of(&options(Some(true), Some(0))), Start::Snapshot { end_marker: true });
+        assert_eq!(
+            start_of(&options(Some(true), Some(0))),
+            Start::Snapshot { end_marker: true }
+        );
         assert_eq!(start_of(&options(Some(false), None)), Start::Now);
     }
 }

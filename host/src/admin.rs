@@ -1,14 +1,15 @@
 //! The admin endpoint: `/healthz`, `/readyz` (every plugin synced), `/status` (plugins and
-//! informers as JSON).
+//! informers as JSON), and `POST /reload[?plugin=NAME]`, which requires the bearer token from
+//! `host.adminTokenFile`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 
 use crate::dispatch::StatusReport;
@@ -35,13 +36,26 @@ pub async fn host_status(runtime: &Runtime) -> HostStatus {
     HostStatus { plugins: runtime.statuses().await, informers }
 }
 
-/// Serves the admin endpoint on `addr` until the task is dropped; returns the bound address.
-pub async fn serve(addr: SocketAddr, runtime: Arc<Runtime>) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+#[derive(Clone)]
+struct Admin {
+    runtime: Arc<Runtime>,
+    token: Option<Arc<str>>,
+}
+
+/// Serves the admin endpoint on `addr`; `token` guards `POST /reload` (none: reload refused).
+/// Returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    runtime: Arc<Runtime>,
+    token: Option<String>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let state = Admin { runtime, token: token.map(|t| t.trim().into()) };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
-        .with_state(runtime);
+        .route("/reload", post(reload))
+        .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -53,10 +67,38 @@ pub async fn serve(addr: SocketAddr, runtime: Arc<Runtime>) -> std::io::Result<(
     Ok((bound, task))
 }
 
-async fn readyz(State(runtime): State<Arc<Runtime>>) -> impl IntoResponse {
-    if runtime.is_synced().await { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "plugins not synced yet") }
+async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
+    if admin.runtime.is_synced().await { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "plugins not synced yet") }
 }
 
-async fn status(State(runtime): State<Arc<Runtime>>) -> Json<HostStatus> {
-    Json(host_status(&runtime).await)
+async fn status(State(admin): State<Admin>) -> Json<HostStatus> {
+    Json(host_status(&admin.runtime).await)
+}
+
+#[derive(serde::Deserialize)]
+struct ReloadQuery {
+    plugin: Option<String>,
+}
+
+async fn reload(State(admin): State<Admin>, headers: HeaderMap, Query(query): Query<ReloadQuery>) -> axum::response::Response {
+    let Some(token) = &admin.token else {
+        tracing::warn!("reload over HTTP refused: no host.adminTokenFile configured");
+        return (StatusCode::FORBIDDEN, "reload over HTTP is disabled: set host.adminTokenFile\n").into_response();
+    };
+    let presented = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if presented.map(str::trim) != Some(&**token) {
+        tracing::warn!("reload over HTTP refused: missing or wrong bearer token");
+        return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
+    }
+    let report = match &query.plugin {
+        Some(name) => match admin.runtime.reload_plugin(name, false).await {
+            Ok(outcome) => crate::runtime::ReloadReport { plugins: vec![(name.to_string(), outcome)] },
+            Err(e) => return (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+        },
+        None => match admin.runtime.reload_config().await {
+            Ok(report) => report,
+            Err(e) => return (StatusCode::UNPROCESSABLE_ENTITY, format!("{}\n", crate::runtime::error_chain(&e))).into_response(),
+        },
+    };
+    Json(report).into_response()
 }

@@ -12,4 +12,5 @@ pub mod informer;
 pub mod plugin;
 pub mod replay;
 pub mod runtime;
+pub mod trigger;
 pub mod yaml;

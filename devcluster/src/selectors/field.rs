@@ -39,7 +39,9 @@ impl FieldSelector {
 
     /// Whether the object satisfies every term. A missing field reads as the empty string.
     pub fn matches_object(&self, object: &Value) -> bool {
-        self.terms.iter().all(|t| (field_value(object, &t.field) == t.value) != t.negated)
+        self.terms
+            .iter()
+            .all(|t| (field_value(object, &t.field) == t.value) != t.negated)
     }
 
     /// The value required by an `=`/`==` term on `field`, if there is one.
@@ -80,7 +82,8 @@ impl FromStr for FieldSelector {
             if raw.trim().is_empty() {
                 continue;
             }
-            let (field, negated, value) = split_term(&raw).ok_or_else(|| fail("expected field=value or field!=value"))?;
+            let (field, negated, value) =
+                split_term(&raw).ok_or_else(|| fail("expected field=value or field!=value"))?;
             let field = unescape(field.trim());
             if field.is_empty() {
                 return Err(fail("empty field name"));
@@ -100,7 +103,14 @@ impl fmt::Display for FieldSelector {
         let parts: Vec<String> = self
             .terms
             .iter()
-            .map(|t| format!("{}{}{}", t.field, if t.negated { "!=" } else { "=" }, escape(&t.value)))
+            .map(|t| {
+                format!(
+                    "{}{}{}",
+                    t.field,
+                    if t.negated { "!=" } else { "=" },
+                    escape(&t.value)
+                )
+            })
             .collect();
         f.write_str(&parts.join(","))
     }
@@ -132,8 +142,12 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
     while i < bytes.len() {
         match bytes[i] {
             b'\\' => i += 2,
-            b'!' if bytes.get(i + 1) == Some(&b'=') => return Some((&term[..i], true, &term[i + 2..])),
-            b'=' if bytes.get(i + 1) == Some(&b'=') => return Some((&term[..i], false, &term[i + 2..])),
+            b'!' if bytes.get(i + 1) == Some(&b'=') => {
+                return Some((&term[..i], true, &term[i + 2..]));
+            }
+            b'=' if bytes.get(i + 1) == Some(&b'=') => {
+                return Some((&term[..i], false, &term[i + 2..]));
+            }
             b'=' => return Some((&term[..i], false, &term[i + 1..])),
             _ => i += 1,
         }
@@ -183,7 +197,10 @@ mod tests {
     }
 
     fn matches(selector: &str, object: &Value) -> bool {
-        selector.parse::<FieldSelector>().unwrap().matches_object(object)
+        selector
+            .parse::<FieldSelector>()
+            .unwrap()
+            .matches_object(object)
     }
 
     #[test]
@@ -192,8 +209,14 @@ mod tests {
         assert!(matches("metadata.name=web-1", &pod));
         assert!(matches("metadata.name==web-1", &pod));
         assert!(!matches("metadata.name!=web-1", &pod));
-        assert!(matches("metadata.namespace=prod,spec.nodeName=node-a", &pod));
-        assert!(!matches("metadata.namespace=prod,spec.nodeName=node-b", &pod));
+        assert!(matches(
+            "metadata.namespace=prod,spec.nodeName=node-a",
+            &pod
+        ));
+        assert!(!matches(
+            "metadata.namespace=prod,spec.nodeName=node-b",
+            &pod
+        ));
         assert!(matches("spec.nodeName!=node-b", &pod));
         assert!(matches("spec.hostNetwork=false", &pod));
     }

@@ -61,13 +61,20 @@ impl LabelSelector {
 
     /// Whether an object's `metadata.labels` satisfy the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
-        self.is_empty() || self.matches(object.pointer("/metadata/labels").and_then(Value::as_object))
+        self.is_empty()
+            || self.matches(
+                object
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object),
+            )
     }
 }
 
 impl Requirement {
     fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let value = labels.and_then(|l| l.get(&self.key)).and_then(Value::as_str);
+        let value = labels
+            .and_then(|l| l.get(&self.key))
+            .and_then(Value::as_str);
         match (self.op, value) {
             (Op::Exists, v) => v.is_some(),
             (Op::DoesNotExist, v) => v.is_none(),
@@ -77,12 +84,17 @@ impl Requirement {
             (Op::NotEquals | Op::NotIn, None) => true,
             (Op::GreaterThan | Op::LessThan, None) => false,
             (op @ (Op::GreaterThan | Op::LessThan), Some(v)) => {
-                let (Ok(actual), Some(Ok(bound))) =
-                    (v.parse::<i64>(), self.values.iter().next().map(|b| b.parse::<i64>()))
-                else {
+                let (Ok(actual), Some(Ok(bound))) = (
+                    v.parse::<i64>(),
+                    self.values.iter().next().map(|b| b.parse::<i64>()),
+                ) else {
                     return false;
                 };
-                if op == Op::GreaterThan { actual > bound } else { actual < bound }
+                if op == Op::GreaterThan {
+                    actual > bound
+                } else {
+                    actual < bound
+                }
             }
         }
     }
@@ -220,10 +232,20 @@ impl Parser {
         let key = self.key()?;
         let mut values = BTreeSet::new();
         if negated {
-            return Ok(Requirement { key, op: Op::DoesNotExist, values });
+            return Ok(Requirement {
+                key,
+                op: Op::DoesNotExist,
+                values,
+            });
         }
         let op = match self.peek() {
-            None | Some(Token::Comma) => return Ok(Requirement { key, op: Op::Exists, values }),
+            None | Some(Token::Comma) => {
+                return Ok(Requirement {
+                    key,
+                    op: Op::Exists,
+                    values,
+                });
+            }
             Some(Token::Equals | Token::DoubleEquals) => Op::Equals,
             Some(Token::NotEquals) => Op::NotEquals,
             Some(Token::In) => Op::In,
@@ -246,7 +268,9 @@ impl Parser {
                             match self.next() {
                                 Some(Token::Comma) => {}
                                 Some(Token::Close) => break,
-                                other => return Err(format!("found {other:?}, expected ',' or ')'")),
+                                other => {
+                                    return Err(format!("found {other:?}, expected ',' or ')'"));
+                                }
                             }
                         }
                         Some(Token::Close) if values.is_empty() => {
@@ -285,7 +309,9 @@ fn is_name_part(s: &str) -> bool {
         && bytes.len() <= 63
         && bytes[0].is_ascii_alphanumeric()
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
 }
 
 fn validate_key(key: &str) -> std::result::Result<(), String> {
@@ -296,7 +322,11 @@ fn validate_key(key: &str) -> std::result::Result<(), String> {
     let prefix_ok = prefix.is_none_or(|p| {
         !p.is_empty()
             && p.len() <= 253
-            && p.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+            && p.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
     });
     if prefix_ok && is_name_part(name) {
         Ok(())
@@ -367,12 +397,25 @@ mod tests {
 
     #[test]
     fn prefixed_keys() {
-        assert!(matches("app.kubernetes.io/name=web", json!({"app.kubernetes.io/name": "web"})));
+        assert!(matches(
+            "app.kubernetes.io/name=web",
+            json!({"app.kubernetes.io/name": "web"})
+        ));
     }
 
     #[test]
     fn malformed_selectors_are_rejected() {
-        for bad in ["app in prod", "=x", "app in (a,", "app==a==b", "app>x", "a b", "!", "app,,x", "-bad=x"] {
+        for bad in [
+            "app in prod",
+            "=x",
+            "app in (a,",
+            "app==a==b",
+            "app>x",
+            "a b",
+            "!",
+            "app,,x",
+            "-bad=x",
+        ] {
             let err = LabelSelector::from_str(bad).unwrap_err();
             assert!(matches!(err, Error::Label { .. }), "{bad}: {err}");
         }

@@ -8,7 +8,9 @@
 //! timestamps and uids) is a pure function of the seed and the configuration, provided nothing
 //! else writes the simulated objects.
 
+mod rng;
 mod workload;
+mod writes;
 
 use std::{future::Future, time::Duration};
 
@@ -16,7 +18,7 @@ use tokio::{sync::oneshot, task::JoinHandle, time::Instant};
 
 use crate::{resources::ResourceId, store::Store};
 
-pub use workload::Rng;
+pub use rng::Rng;
 
 /// How the simulation behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,7 +98,7 @@ pub enum Error {
         name: String,
         /// The store's error.
         #[source]
-        source: crate::store::Error,
+        source: Box<crate::store::Error>,
     },
     /// The configured rate is not a positive number.
     #[error("events_per_second must be positive, got {rate}")]
@@ -223,7 +225,10 @@ pub fn spawn(store: Store, config: SimulationConfig) -> SimulationHandle {
     let task = tokio::spawn(simulator.run(async {
         let _ = stopped.await;
     }));
-    SimulationHandle { stop: Some(stop), task }
+    SimulationHandle {
+        stop: Some(stop),
+        task,
+    }
 }
 
 impl SimulationHandle {

@@ -3,50 +3,19 @@
 
 use std::collections::VecDeque;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{Error, Operation, Result, SimulationConfig};
+use super::{
+    Operation, Result, SimulationConfig,
+    rng::Rng,
+    writes::{
+        MANAGED_BY, create, delete, now, object_key, owner, pod_template, set_condition, update,
+    },
+};
 use crate::{
     resources::ResourceId,
-    store::{self, ObjectKey, Part, Preconditions, Store},
+    store::{ObjectKey, Part, Store},
 };
-
-/// A small deterministic generator (SplitMix64): the same seed gives the same simulation on
-/// every platform and version.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-
-    /// Lower-case alphanumerics as in generated Kubernetes names.
-    pub fn token(&mut self, len: usize) -> String {
-        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-        (0..len).map(|_| ALPHABET[self.below(ALPHABET.len() as u64) as usize] as char).collect()
-    }
-}
 
 #[derive(Clone, Debug)]
 struct Pod {
@@ -96,95 +65,8 @@ pub(super) struct Workload {
     queue: VecDeque<Work>,
 }
 
-const MANAGED_BY: &str = "wasmformer-simulate";
-
-fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-fn operation(verb: &'static str, object: &Value, resource: ResourceId) -> Operation {
-    let meta = &object["metadata"];
-    Operation {
-        verb,
-        resource,
-        namespace: meta["namespace"].as_str().map(String::from),
-        name: meta["name"].as_str().unwrap_or("").to_string(),
-        resource_version: meta["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0),
-    }
-}
-
-fn failed(verb: &'static str, resource: &ResourceId, name: &str, source: store::Error) -> Error {
-    Error::Store {
-        verb,
-        resource: resource.clone(),
-        name: name.to_string(),
-        source,
-    }
-}
-
-fn create(store: &Store, resource: ResourceId, object: Value) -> Result<Option<Operation>> {
-    match store.create(&resource, None, object.clone()) {
-        Ok(created) => Ok(Some(operation("create", &created, resource))),
-        // Left over from an earlier run, or the namespace was deleted under us: skip.
-        Err(store::Error::AlreadyExists { .. } | store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(failed("create", &resource, object["metadata"]["name"].as_str().unwrap_or(""), e)),
-    }
-}
-
-/// Read-modify-write; `None` when the object is gone or the write changed nothing.
-fn update(store: &Store, key: ObjectKey, part: Part, f: impl FnOnce(&mut Value)) -> Result<Option<Operation>> {
-    let before = store.resource_version();
-    match store.modify(&key, part, f) {
-        Ok(object) => {
-            let op = operation("update", &object, key.resource);
-            Ok((op.resource_version > before).then_some(op))
-        }
-        Err(store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(failed("update", &key.resource, &key.name, e)),
-    }
-}
-
-fn delete(store: &Store, key: ObjectKey) -> Result<Option<Operation>> {
-    match store.delete(&key, &Preconditions::default()) {
-        Ok(store::Deletion::Deleted(object) | store::Deletion::Finalizing(object)) => {
-            Ok(Some(operation("delete", &object, key.resource)))
-        }
-        Err(store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(failed("delete", &key.resource, &key.name, e)),
-    }
-}
-
-fn object_key(group: &str, resource: &str, namespace: Option<&str>, name: &str) -> ObjectKey {
-    ObjectKey::new(ResourceId::new(group, resource), namespace, name)
-}
-
 fn deployment_key(d: &DeploymentKey) -> ObjectKey {
     object_key("apps", "deployments", Some(&d.0), &d.1)
-}
-
-/// Sets a condition, keeping its transition time when its status did not change.
-fn set_condition(conditions: &mut Value, kind: &str, status: bool, reason: &str) {
-    if !conditions.is_array() {
-        *conditions = json!([]);
-    }
-    let list = conditions.as_array_mut().unwrap();
-    let status = if status { "True" } else { "False" };
-    match list.iter_mut().find(|c| c["type"] == kind) {
-        Some(c) if c["status"] == status => c["reason"] = json!(reason),
-        Some(c) => *c = json!({"type": kind, "status": status, "reason": reason, "lastTransitionTime": now()}),
-        None => list.push(json!({"type": kind, "status": status, "reason": reason, "lastTransitionTime": now()})),
-    }
-}
-
-fn owner(api_version: &str, kind: &str, object: &Value) -> Value {
-    json!([{"apiVersion": api_version, "kind": kind, "name": object["metadata"]["name"],
-        "uid": object["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}])
-}
-
-fn pod_template(app: &str) -> Value {
-    json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "app",
-        "image": format!("registry.example/{app}:1.0"), "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 }
 
 impl Workload {
@@ -239,17 +121,29 @@ impl Workload {
     }
 
     fn deployment(&mut self, key: &DeploymentKey) -> Option<&mut Deployment> {
-        self.deployments.iter_mut().find(|d| d.namespace == key.0 && d.name == key.1)
+        self.deployments
+            .iter_mut()
+            .find(|d| d.namespace == key.0 && d.name == key.1)
     }
 
     fn random_action(&mut self, store: &Store) -> Result<Option<Operation>> {
         let count = self.deployments.len();
-        let with_pods = self.deployments.iter().filter(|d| !d.pods.is_empty()).count();
+        let with_pods = self
+            .deployments
+            .iter()
+            .filter(|d| !d.pods.is_empty())
+            .count();
         let weights = [
             if count < self.max_deployments { 4 } else { 0 },
             if count > 0 { 3 } else { 0 },
             if with_pods > 0 { 3 } else { 0 },
-            if count >= self.max_deployments && count > 0 { 3 } else if count > 1 { 1 } else { 0 },
+            if count >= self.max_deployments && count > 0 {
+                3
+            } else if count > 1 {
+                1
+            } else {
+                0
+            },
             3,
             1,
         ];
@@ -280,7 +174,13 @@ impl Workload {
         let op = create(store, ResourceId::new("apps", "deployments"), object)?;
         if op.is_some() {
             let key = (namespace.clone(), name.clone());
-            self.deployments.push(Deployment { namespace, name, replicas, replica_set: None, pods: Vec::new() });
+            self.deployments.push(Deployment {
+                namespace,
+                name,
+                replicas,
+                replica_set: None,
+                pods: Vec::new(),
+            });
             self.queue.push_back(Work::CreateReplicaSet(key));
         }
         Ok(op)
@@ -293,11 +193,14 @@ impl Workload {
             .filter(|d| !with_pods || !d.pods.is_empty())
             .map(|d| (d.namespace.clone(), d.name.clone()))
             .collect();
-        (!candidates.is_empty()).then(|| candidates[self.rng.below(candidates.len() as u64) as usize].clone())
+        (!candidates.is_empty())
+            .then(|| candidates[self.rng.below(candidates.len() as u64) as usize].clone())
     }
 
     fn scale_deployment(&mut self, store: &Store) -> Result<Option<Operation>> {
-        let Some(key) = self.pick_deployment(false) else { return Ok(None) };
+        let Some(key) = self.pick_deployment(false) else {
+            return Ok(None);
+        };
         let max = self.max_replicas;
         let mut replicas = 1 + self.rng.below(u64::from(max)) as u32;
         let deployment = self.deployment(&key).expect("picked from the model");
@@ -306,11 +209,15 @@ impl Workload {
         }
         deployment.replicas = replicas;
         self.queue.push_back(Work::ScaleReplicaSet(key.clone()));
-        update(store, deployment_key(&key), Part::Main, |d| d["spec"]["replicas"] = json!(replicas))
+        update(store, deployment_key(&key), Part::Main, |d| {
+            d["spec"]["replicas"] = json!(replicas)
+        })
     }
 
     fn restart_pod(&mut self, store: &Store) -> Result<Option<Operation>> {
-        let Some(key) = self.pick_deployment(true) else { return Ok(None) };
+        let Some(key) = self.pick_deployment(true) else {
+            return Ok(None);
+        };
         let index = {
             let pods = self.deployment(&key).expect("picked").pods.len();
             self.rng.below(pods as u64) as usize
@@ -322,15 +229,27 @@ impl Workload {
     }
 
     fn delete_deployment(&mut self, store: &Store) -> Result<Option<Operation>> {
-        let Some(key) = self.pick_deployment(false) else { return Ok(None) };
-        let position = self.deployments.iter().position(|d| d.namespace == key.0 && d.name == key.1).expect("picked");
+        let Some(key) = self.pick_deployment(false) else {
+            return Ok(None);
+        };
+        let position = self
+            .deployments
+            .iter()
+            .position(|d| d.namespace == key.0 && d.name == key.1)
+            .expect("picked");
         let deployment = self.deployments.remove(position);
         // What the garbage collector would do with the owned objects.
         if let Some(rs) = &deployment.replica_set {
-            self.queue.push_back(Work::Delete(object_key("apps", "replicasets", Some(&deployment.namespace), rs)));
+            self.queue.push_back(Work::Delete(object_key(
+                "apps",
+                "replicasets",
+                Some(&deployment.namespace),
+                rs,
+            )));
         }
         for pod in &deployment.pods {
-            self.queue.push_back(Work::Delete(key_for_pod(&key, &pod.name)));
+            self.queue
+                .push_back(Work::Delete(key_for_pod(&key, &pod.name)));
         }
         delete(store, deployment_key(&key))
     }
@@ -339,20 +258,43 @@ impl Workload {
         let node = format!("sim-node-{}", self.rng.below(self.nodes as u64));
         self.heartbeats += 1;
         let renewals = self.heartbeats.to_string();
-        update(store, object_key("coordination.k8s.io", "leases", Some("kube-node-lease"), &node), Part::Main, |lease| {
-            lease["spec"]["renewTime"] = json!(jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string());
-            lease["metadata"]["annotations"] = json!({"simulate.wasmformer.dev/renewals": renewals});
-        })
+        update(
+            store,
+            object_key(
+                "coordination.k8s.io",
+                "leases",
+                Some("kube-node-lease"),
+                &node,
+            ),
+            Part::Main,
+            |lease| {
+                lease["spec"]["renewTime"] = json!(
+                    jiff::Timestamp::now()
+                        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                        .to_string()
+                );
+                lease["metadata"]["annotations"] =
+                    json!({"simulate.wasmformer.dev/renewals": renewals});
+            },
+        )
     }
 
     fn node_heartbeat(&mut self, store: &Store) -> Result<Option<Operation>> {
         let node = format!("sim-node-{}", self.rng.below(self.nodes as u64));
         self.heartbeats += 1;
-        let message = format!("kubelet is posting ready status (heartbeat {})", self.heartbeats);
-        update(store, object_key("", "nodes", None, &node), Part::Status, |n| {
-            n["status"]["conditions"][0]["lastHeartbeatTime"] = json!(now());
-            n["status"]["conditions"][0]["message"] = json!(message);
-        })
+        let message = format!(
+            "kubelet is posting ready status (heartbeat {})",
+            self.heartbeats
+        );
+        update(
+            store,
+            object_key("", "nodes", None, &node),
+            Part::Status,
+            |n| {
+                n["status"]["conditions"][0]["lastHeartbeatTime"] = json!(now());
+                n["status"]["conditions"][0]["message"] = json!(message);
+            },
+        )
     }
 
     fn perform(&mut self, work: Work, store: &Store) -> Result<Option<Operation>> {
@@ -362,12 +304,20 @@ impl Workload {
                     "metadata": {"name": node, "namespace": "kube-node-lease"},
                     "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
                         "renewTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
-                create(store, ResourceId::new("coordination.k8s.io", "leases"), lease)
+                create(
+                    store,
+                    ResourceId::new("coordination.k8s.io", "leases"),
+                    lease,
+                )
             }
             Work::CreateReplicaSet(d) => {
-                let Ok(owner_object) = store.get(&deployment_key(&d)) else { return Ok(None) };
+                let Ok(owner_object) = store.get(&deployment_key(&d)) else {
+                    return Ok(None);
+                };
                 let name = format!("{}-{}", d.1, self.rng.token(10));
-                let Some(deployment) = self.deployment(&d) else { return Ok(None) };
+                let Some(deployment) = self.deployment(&d) else {
+                    return Ok(None);
+                };
                 deployment.replica_set = Some(name.clone());
                 let hash = name.rsplit('-').next().unwrap_or_default().to_string();
                 let mut template = pod_template(&d.1);
@@ -384,23 +334,40 @@ impl Workload {
             Work::Reconcile(d) => self.reconcile(d, store),
             Work::BindPod(d, pod) => {
                 let node = format!("sim-node-{}", self.rng.below(self.nodes as u64));
-                self.queue.push_back(Work::InitializePod(d.clone(), pod.clone()));
-                update(store, key_for_pod(&d, &pod), Part::Main, |p| p["spec"]["nodeName"] = json!(node))
+                self.queue
+                    .push_back(Work::InitializePod(d.clone(), pod.clone()));
+                update(store, key_for_pod(&d, &pod), Part::Main, |p| {
+                    p["spec"]["nodeName"] = json!(node)
+                })
             }
             Work::InitializePod(d, pod) => {
                 self.queue.push_back(Work::StartPod(d.clone(), pod.clone()));
                 update(store, key_for_pod(&d, &pod), Part::Status, |p| {
                     let status = &mut p["status"];
                     set_condition(&mut status["conditions"], "PodScheduled", true, "Scheduled");
-                    set_condition(&mut status["conditions"], "Initialized", true, "PodCompleted");
-                    set_condition(&mut status["conditions"], "Ready", false, "ContainersNotReady");
+                    set_condition(
+                        &mut status["conditions"],
+                        "Initialized",
+                        true,
+                        "PodCompleted",
+                    );
+                    set_condition(
+                        &mut status["conditions"],
+                        "Ready",
+                        false,
+                        "ContainersNotReady",
+                    );
                     status["containerStatuses"] = json!([{"name": "app", "ready": false, "restartCount": 0,
                         "image": format!("registry.example/{}:1.0", d.1), "state": {"waiting": {"reason": "ContainerCreating"}}}]);
                 })
             }
             Work::StartPod(d, pod) => {
-                let running = self.deployment(&d).and_then(|dep| dep.pods.iter_mut().find(|p| p.name == pod));
-                let Some(running) = running else { return Ok(None) };
+                let running = self
+                    .deployment(&d)
+                    .and_then(|dep| dep.pods.iter_mut().find(|p| p.name == pod));
+                let Some(running) = running else {
+                    return Ok(None);
+                };
                 running.running = true;
                 let ip = format!("10.244.{}.{}", self.rng.below(8), 2 + self.rng.below(250));
                 self.queue.push_back(Work::ReplicaSetStatus(d.clone()));
@@ -409,40 +376,87 @@ impl Workload {
                     status["phase"] = json!("Running");
                     status["podIP"] = json!(ip);
                     status["startTime"] = json!(now());
-                    set_condition(&mut status["conditions"], "ContainersReady", true, "ContainersReady");
+                    set_condition(
+                        &mut status["conditions"],
+                        "ContainersReady",
+                        true,
+                        "ContainersReady",
+                    );
                     set_condition(&mut status["conditions"], "Ready", true, "PodReady");
                     status["containerStatuses"][0]["ready"] = json!(true);
                     status["containerStatuses"][0]["started"] = json!(true);
-                    status["containerStatuses"][0]["state"] = json!({"running": {"startedAt": now()}});
+                    status["containerStatuses"][0]["state"] =
+                        json!({"running": {"startedAt": now()}});
                 })
             }
             Work::ScaleReplicaSet(d) => {
-                let Some(deployment) = self.deployment(&d) else { return Ok(None) };
-                let Some(rs) = deployment.replica_set.clone() else { return Ok(None) };
+                let Some(deployment) = self.deployment(&d) else {
+                    return Ok(None);
+                };
+                let Some(rs) = deployment.replica_set.clone() else {
+                    return Ok(None);
+                };
                 let replicas = deployment.replicas;
                 self.queue.push_back(Work::Reconcile(d.clone()));
-                update(store, object_key("apps", "replicasets", Some(&d.0), &rs), Part::Main, |r| r["spec"]["replicas"] = json!(replicas))
+                update(
+                    store,
+                    object_key("apps", "replicasets", Some(&d.0), &rs),
+                    Part::Main,
+                    |r| r["spec"]["replicas"] = json!(replicas),
+                )
             }
             Work::ReplicaSetStatus(d) => {
-                let Some(deployment) = self.deployment(&d) else { return Ok(None) };
-                let Some(rs) = deployment.replica_set.clone() else { return Ok(None) };
-                let (total, ready) = (deployment.pods.len(), deployment.pods.iter().filter(|p| p.running).count());
+                let Some(deployment) = self.deployment(&d) else {
+                    return Ok(None);
+                };
+                let Some(rs) = deployment.replica_set.clone() else {
+                    return Ok(None);
+                };
+                let (total, ready) = (
+                    deployment.pods.len(),
+                    deployment.pods.iter().filter(|p| p.running).count(),
+                );
                 self.queue.push_back(Work::DeploymentStatus(d.clone()));
-                update(store, object_key("apps", "replicasets", Some(&d.0), &rs), Part::Status, |r| {
-                    let generation = r["metadata"]["generation"].clone();
-                    r["status"] = json!({"replicas": total, "fullyLabeledReplicas": total, "readyReplicas": ready,
+                update(
+                    store,
+                    object_key("apps", "replicasets", Some(&d.0), &rs),
+                    Part::Status,
+                    |r| {
+                        let generation = r["metadata"]["generation"].clone();
+                        r["status"] = json!({"replicas": total, "fullyLabeledReplicas": total, "readyReplicas": ready,
                         "availableReplicas": ready, "observedGeneration": generation});
-                })
+                    },
+                )
             }
             Work::DeploymentStatus(d) => {
-                let Some(deployment) = self.deployment(&d) else { return Ok(None) };
+                let Some(deployment) = self.deployment(&d) else {
+                    return Ok(None);
+                };
                 let (desired, total) = (deployment.replicas as usize, deployment.pods.len());
                 let ready = deployment.pods.iter().filter(|p| p.running).count();
                 update(store, deployment_key(&d), Part::Status, |dep| {
                     let generation = dep["metadata"]["generation"].clone();
                     let mut conditions = dep["status"]["conditions"].take();
-                    set_condition(&mut conditions, "Available", ready >= desired, if ready >= desired { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" });
-                    set_condition(&mut conditions, "Progressing", true, if ready == desired && total == desired { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" });
+                    set_condition(
+                        &mut conditions,
+                        "Available",
+                        ready >= desired,
+                        if ready >= desired {
+                            "MinimumReplicasAvailable"
+                        } else {
+                            "MinimumReplicasUnavailable"
+                        },
+                    );
+                    set_condition(
+                        &mut conditions,
+                        "Progressing",
+                        true,
+                        if ready == desired && total == desired {
+                            "NewReplicaSetAvailable"
+                        } else {
+                            "ReplicaSetUpdated"
+                        },
+                    );
                     dep["status"] = json!({"observedGeneration": generation, "replicas": total, "updatedReplicas": total,
                         "readyReplicas": ready, "availableReplicas": ready, "conditions": conditions});
                 })
@@ -452,19 +466,31 @@ impl Workload {
     }
 
     fn reconcile(&mut self, d: DeploymentKey, store: &Store) -> Result<Option<Operation>> {
-        let Some(deployment) = self.deployment(&d) else { return Ok(None) };
-        let Some(rs) = deployment.replica_set.clone() else { return Ok(None) };
+        let Some(deployment) = self.deployment(&d) else {
+            return Ok(None);
+        };
+        let Some(rs) = deployment.replica_set.clone() else {
+            return Ok(None);
+        };
         let (have, want) = (deployment.pods.len(), deployment.replicas as usize);
         if have == want {
             return Ok(None);
         }
         if have > want {
-            let pod = self.deployment(&d).expect("present").pods.pop().expect("more pods than wanted");
+            let pod = self
+                .deployment(&d)
+                .expect("present")
+                .pods
+                .pop()
+                .expect("more pods than wanted");
             self.queue.push_back(Work::Reconcile(d.clone()));
             self.queue.push_back(Work::ReplicaSetStatus(d.clone()));
             return delete(store, key_for_pod(&d, &pod.name));
         }
-        let Ok(owner_object) = store.get(&object_key("apps", "replicasets", Some(&d.0), &rs)) else { return Ok(None) };
+        let Ok(owner_object) = store.get(&object_key("apps", "replicasets", Some(&d.0), &rs))
+        else {
+            return Ok(None);
+        };
         let name = format!("{rs}-{}", self.rng.token(5));
         let hash = rs.rsplit('-').next().unwrap_or_default();
         let mut pod = pod_template(&d.1);
@@ -476,7 +502,10 @@ impl Workload {
         pod["spec"]["schedulerName"] = json!("default-scheduler");
         let op = create(store, ResourceId::core("pods"), pod)?;
         if op.is_some() {
-            self.deployment(&d).expect("present").pods.push(Pod { name: name.clone(), running: false });
+            self.deployment(&d).expect("present").pods.push(Pod {
+                name: name.clone(),
+                running: false,
+            });
             self.queue.push_back(Work::BindPod(d.clone(), name));
             self.queue.push_back(Work::Reconcile(d.clone()));
             self.queue.push_back(Work::ReplicaSetStatus(d));

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Error, FieldError, Part};
+use super::{Error, FieldError, Part, crd};
 use crate::resources::{ResourceId, ResourceType};
 
 /// Server-generated identifiers: uids and `generateName` suffixes.
@@ -44,13 +44,17 @@ impl IdSource {
     /// Five characters from the alphabet the API server uses for `generateName`.
     pub(crate) fn suffix(&mut self) -> String {
         const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-        (0..5).map(|_| ALPHABET[(self.next() % ALPHABET.len() as u64) as usize] as char).collect()
+        (0..5)
+            .map(|_| ALPHABET[(self.next() % ALPHABET.len() as u64) as usize] as char)
+            .collect()
     }
 }
 
 /// The current time as the API server writes timestamps (`2024-05-01T12:00:00Z`).
 pub(crate) fn now() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 pub(crate) fn metadata(object: &Value) -> Option<&Map<String, Value>> {
@@ -58,7 +62,9 @@ pub(crate) fn metadata(object: &Value) -> Option<&Map<String, Value>> {
 }
 
 pub(crate) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
-    let map = object.as_object_mut().expect("objects are checked to be JSON objects");
+    let map = object
+        .as_object_mut()
+        .expect("objects are checked to be JSON objects");
     map.entry("metadata").or_insert_with(|| json!({}));
     if !map["metadata"].is_object() {
         map["metadata"] = json!({});
@@ -67,7 +73,10 @@ pub(crate) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 }
 
 pub(crate) fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
-    metadata(object).and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+    metadata(object)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// Checks `apiVersion`/`kind` against the type, filling them in when absent.
@@ -80,16 +89,29 @@ fn check_type(ty: &ResourceType, object: &mut Value, version: &str) -> Result<()
     let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
     if !kind.is_empty() && kind != ty.kind {
         return Err(Error::BadRequest {
-            message: format!("the body kind {kind:?} does not match the resource kind {:?}", ty.kind),
+            message: format!(
+                "the body kind {kind:?} does not match the resource kind {:?}",
+                ty.kind
+            ),
         });
     }
-    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-    let version = match api_version.rsplit_once('/').map_or(("", api_version.as_str()), |(g, v)| (g, v)) {
+    let api_version = map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let version = match api_version
+        .rsplit_once('/')
+        .map_or(("", api_version.as_str()), |(g, v)| (g, v))
+    {
         (_, "") => version.to_string(),
         (group, v) if group == ty.id.group && ty.serves(v) => v.to_string(),
         _ => {
             return Err(Error::BadRequest {
-                message: format!("the body apiVersion {api_version:?} is not served for {}", ty.id),
+                message: format!(
+                    "the body apiVersion {api_version:?} is not served for {}",
+                    ty.id
+                ),
             });
         }
     };
@@ -98,7 +120,13 @@ fn check_type(ty: &ResourceType, object: &mut Value, version: &str) -> Result<()
     Ok(())
 }
 
-fn invalid(ty: &ResourceType, name: &str, field: &str, reason: &'static str, detail: String) -> Error {
+fn invalid(
+    ty: &ResourceType,
+    name: &str,
+    field: &str,
+    reason: &'static str,
+    detail: String,
+) -> Error {
     Error::Invalid {
         kind: ty.kind.clone(),
         name: name.to_string(),
@@ -110,13 +138,14 @@ fn invalid(ty: &ResourceType, name: &str, field: &str, reason: &'static str, det
     }
 }
 
-fn is_dns_label(name: &str) -> bool {
+pub(super) fn is_dns_label(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 fn is_dns_subdomain(name: &str) -> bool {
@@ -147,14 +176,20 @@ pub(crate) fn prepare_create(
         }
         name = format!("{prefix}{}", ids.suffix());
     }
-    let valid = if ty.id.is_namespace() { is_dns_label(&name) } else { is_dns_subdomain(&name) };
+    let valid = if ty.id.is_namespace() {
+        is_dns_label(&name)
+    } else {
+        is_dns_subdomain(&name)
+    };
     if !valid {
         return Err(invalid(
             ty,
             &name,
             "metadata.name",
             "FieldValueInvalid",
-            format!("Invalid value: {name:?}: a lowercase RFC 1123 name must consist of lower case alphanumeric characters, '-' or '.'"),
+            format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 name must consist of lower case alphanumeric characters, '-' or '.'"
+            ),
         ));
     }
     if !meta_str(object, "resourceVersion").is_empty() {
@@ -171,7 +206,12 @@ pub(crate) fn prepare_create(
     meta.insert("uid".into(), json!(ids.uid()));
     meta.insert("creationTimestamp".into(), json!(now()));
     meta.insert("generation".into(), json!(1));
-    for server_owned in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+    for server_owned in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "managedFields",
+    ] {
         meta.remove(server_owned);
     }
     apply_defaults(ty, object, &name)
@@ -186,7 +226,11 @@ pub(crate) fn prepare_update(
     object: &mut Value,
     part: Part,
 ) -> Result<(), Error> {
-    let version = current["apiVersion"].as_str().and_then(|v| v.rsplit('/').next()).unwrap_or("v1").to_string();
+    let version = current["apiVersion"]
+        .as_str()
+        .and_then(|v| v.rsplit('/').next())
+        .unwrap_or("v1")
+        .to_string();
     check_type(ty, object, &version)?;
     let keep_status = match part {
         Part::Status => {
@@ -221,7 +265,10 @@ pub(crate) fn prepare_update(
         };
     }
     meta.remove("managedFields");
-    let generation = current_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    let generation = current_meta
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let changed = spec_of(current) != spec_of(object);
     metadata_mut(object).insert("generation".into(), json!(generation + i64::from(changed)));
     let name = meta_str(current, "name").to_string();
@@ -234,7 +281,9 @@ fn spec_of(object: &Value) -> Map<String, Value> {
         .as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -243,7 +292,9 @@ fn spec_of(object: &Value) -> Map<String, Value> {
 
 fn apply_defaults(ty: &ResourceType, object: &mut Value, name: &str) -> Result<(), Error> {
     if ty.id.is_namespace() {
-        let labels = metadata_mut(object).entry("labels").or_insert_with(|| json!({}));
+        let labels = metadata_mut(object)
+            .entry("labels")
+            .or_insert_with(|| json!({}));
         if let Some(labels) = labels.as_object_mut() {
             labels.insert("kubernetes.io/metadata.name".into(), json!(name));
         }
@@ -255,135 +306,10 @@ fn apply_defaults(ty: &ResourceType, object: &mut Value, name: &str) -> Result<(
         }
         object["status"]["phase"] = json!("Pending");
     } else if ty.id.is_crd() {
-        let defined = type_from_crd(object)?;
-        object["status"] = crd_status(object, &defined);
+        let defined = crd::type_from_crd(object)?;
+        object["status"] = crd::status(object, &defined);
     }
     Ok(())
-}
-
-/// Orders versions as Kubernetes does: GA before beta before alpha, higher numbers first, then
-/// other names alphabetically.
-fn version_priority(version: &str) -> (u8, i64, i64, String) {
-    let parse = || -> Option<(u8, i64, i64)> {
-        let rest = version.strip_prefix('v')?;
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        let major: i64 = rest[..digits].parse().ok()?;
-        match &rest[digits..] {
-            "" => Some((0, -major, 0)),
-            tail => {
-                let (level, minor) = tail
-                    .strip_prefix("beta")
-                    .map(|m| (1, m))
-                    .or_else(|| tail.strip_prefix("alpha").map(|m| (2, m)))?;
-                Some((level, -major, -minor.parse::<i64>().ok()?))
-            }
-        }
-    };
-    match parse() {
-        Some((level, major, minor)) => (level, major, minor, String::new()),
-        None => (3, 0, 0, version.to_string()),
-    }
-}
-
-/// The resource type a `CustomResourceDefinition` defines.
-pub(crate) fn type_from_crd(crd: &Value) -> Result<ResourceType, Error> {
-    let name = meta_str(crd, "name");
-    let spec = &crd["spec"];
-    let text = |ptr: &str| spec.pointer(ptr).and_then(Value::as_str).unwrap_or("").to_string();
-    let (group, plural, kind) = (text("/group"), text("/names/plural"), text("/names/kind"));
-    let mut causes = Vec::new();
-    let mut require = |ok: bool, field: &str, detail: &str| {
-        if !ok {
-            causes.push(FieldError {
-                field: field.to_string(),
-                reason: if detail.starts_with("Required") { "FieldValueRequired" } else { "FieldValueInvalid" },
-                detail: detail.to_string(),
-            });
-        }
-    };
-    require(!group.is_empty(), "spec.group", "Required value");
-    require(is_dns_label(&plural), "spec.names.plural", "Required value");
-    require(!kind.is_empty(), "spec.names.kind", "Required value");
-    let scope = text("/scope");
-    require(
-        scope == "Namespaced" || scope == "Cluster",
-        "spec.scope",
-        "Unsupported value: supported values: \"Cluster\", \"Namespaced\"",
-    );
-    require(
-        name == format!("{plural}.{group}"),
-        "metadata.name",
-        "Invalid value: must be spec.names.plural+\".\"+spec.group",
-    );
-    let versions: Vec<&Value> = spec["versions"]
-        .as_array()
-        .map(|v| v.iter().filter(|v| v["served"].as_bool().unwrap_or(false)).collect())
-        .unwrap_or_default();
-    require(!versions.is_empty(), "spec.versions", "Required value: at least one served version");
-    let id = ResourceId::new(group.as_str(), plural.as_str());
-    require(
-        !crate::resources::Registry::is_builtin(&id),
-        "spec.names.plural",
-        "Invalid value: the resource is built in",
-    );
-    if !causes.is_empty() {
-        return Err(Error::Invalid {
-            kind: "CustomResourceDefinition".into(),
-            name: name.to_string(),
-            causes,
-        });
-    }
-    let mut names: Vec<String> = versions.iter().filter_map(|v| v["name"].as_str().map(String::from)).collect();
-    names.sort_by_key(|v| version_priority(v));
-    let strings = |ptr: &str| -> Vec<String> {
-        spec.pointer(ptr)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-            .unwrap_or_default()
-    };
-    let singular = text("/names/singular");
-    Ok(ResourceType {
-        id,
-        versions: names,
-        singular: if singular.is_empty() { kind.to_ascii_lowercase() } else { singular },
-        kind,
-        namespaced: scope == "Namespaced",
-        short_names: strings("/names/shortNames"),
-        categories: strings("/names/categories"),
-        status_subresource: versions.iter().any(|v| v.pointer("/subresources/status").is_some()),
-        scale_subresource: false,
-        field_labels: versions
-            .iter()
-            .flat_map(|v| v["selectableFields"].as_array().into_iter().flatten())
-            .filter_map(|f| f["jsonPath"].as_str().map(|p| p.trim_start_matches('.').to_string()))
-            .collect(),
-    })
-}
-
-/// The status the apiextensions controllers would settle on: names accepted, established.
-fn crd_status(crd: &Value, ty: &ResourceType) -> Value {
-    let since = crd
-        .pointer("/status/conditions/0/lastTransitionTime")
-        .cloned()
-        .unwrap_or_else(|| json!(now()));
-    let mut accepted = crd.pointer("/spec/names").cloned().unwrap_or_else(|| json!({}));
-    accepted["singular"] = json!(ty.singular);
-    accepted["listKind"] = json!(ty.list_kind());
-    let storage = crd["spec"]["versions"]
-        .as_array()
-        .and_then(|vs| vs.iter().find(|v| v["storage"].as_bool() == Some(true)))
-        .and_then(|v| v["name"].as_str())
-        .unwrap_or_else(|| ty.preferred_version());
-    json!({
-        "acceptedNames": accepted,
-        "conditions": [
-            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-             "message": "no conflicts found", "lastTransitionTime": since},
-            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-             "message": "the initial names have been accepted", "lastTransitionTime": since}
-        ],
-        "storedVersions": [storage]
-    })
 }
 
 #[cfg(test)]
@@ -395,54 +321,19 @@ mod tests {
         let mut ids = IdSource::new(7);
         let uid = ids.uid();
         let parts: Vec<&str> = uid.split('-').collect();
-        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![8, 4, 4, 4, 12]);
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            vec![8, 4, 4, 4, 12]
+        );
         assert!(parts[2].starts_with('4'));
         assert_ne!(uid, ids.uid());
         let suffix = ids.suffix();
         assert_eq!(suffix.len(), 5);
-        assert!(suffix.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
-    }
-
-    #[test]
-    fn versions_sort_like_kubernetes() {
-        let mut versions = vec!["v1alpha1", "v2beta1", "foo", "v1", "v1beta2", "v2"];
-        versions.sort_by_key(|v| version_priority(v));
-        assert_eq!(versions, vec!["v2", "v1", "v2beta1", "v1beta2", "v1alpha1", "foo"]);
-    }
-
-    #[test]
-    fn crd_defines_a_type_with_served_versions_scope_and_status() {
-        let crd = json!({
-            "metadata": {"name": "widgets.example.com"},
-            "spec": {
-                "group": "example.com", "scope": "Namespaced",
-                "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
-                "versions": [
-                    {"name": "v1alpha1", "served": true, "storage": false},
-                    {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                     "selectableFields": [{"jsonPath": ".spec.color"}]},
-                    {"name": "v0", "served": false, "storage": false}
-                ]
-            }
-        });
-        let ty = type_from_crd(&crd).unwrap();
-        assert_eq!(ty.id, ResourceId::new("example.com", "widgets"));
-        assert_eq!(ty.versions, vec!["v1", "v1alpha1"]);
-        assert_eq!(ty.singular, "widget");
-        assert!(ty.namespaced && ty.status_subresource);
-        assert!(ty.supports_field("spec.color"));
-        let status = crd_status(&crd, &ty);
-        assert_eq!(status["conditions"][1]["type"], "Established");
-        assert_eq!(status["storedVersions"], json!(["v1"]));
-    }
-
-    #[test]
-    fn crd_with_wrong_name_or_no_versions_is_invalid() {
-        let crd = json!({"metadata": {"name": "wrong"}, "spec": {"group": "example.com", "scope": "Cluster",
-            "names": {"plural": "widgets", "kind": "Widget"}, "versions": []}});
-        let Err(Error::Invalid { causes, .. }) = type_from_crd(&crd) else { panic!("expected invalid") };
-        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
-        assert_eq!(fields, vec!["metadata.name", "spec.versions"]);
+        assert!(
+            suffix
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c))
+        );
     }
 
     #[test]

@@ -89,7 +89,11 @@ impl History {
 
     /// Drops every event up to and including `through`.
     pub(crate) fn compact(&mut self, through: u64) {
-        while self.events.front().is_some_and(|e| e.resource_version <= through) {
+        while self
+            .events
+            .front()
+            .is_some_and(|e| e.resource_version <= through)
+        {
             self.events.pop_front();
         }
         self.compacted_through = self.compacted_through.max(through);
@@ -113,7 +117,9 @@ impl History {
 
     /// Events after `resource_version` in order.
     pub(crate) fn after(&self, resource_version: u64) -> impl Iterator<Item = &Arc<StoredEvent>> {
-        let start = self.events.partition_point(|e| e.resource_version <= resource_version);
+        let start = self
+            .events
+            .partition_point(|e| e.resource_version <= resource_version);
         self.events.range(start..)
     }
 
@@ -126,8 +132,13 @@ impl History {
     ) -> Result<BTreeMap<NameKey, Option<Arc<Value>>>, Expired> {
         self.check(resource_version)?;
         let mut states = BTreeMap::new();
-        for event in self.after(resource_version).filter(|e| &e.resource == resource) {
-            states.entry(event.key.clone()).or_insert_with(|| event.previous.clone());
+        for event in self
+            .after(resource_version)
+            .filter(|e| &e.resource == resource)
+        {
+            states
+                .entry(event.key.clone())
+                .or_insert_with(|| event.previous.clone());
         }
         Ok(states)
     }
@@ -157,7 +168,13 @@ mod tests {
         history.push(event(2, EventKind::Added, "b", None));
         assert!(history.check(0).is_ok());
         history.push(event(3, EventKind::Added, "c", None));
-        assert_eq!(history.check(0), Err(Expired { requested: 0, oldest: 1 }));
+        assert_eq!(
+            history.check(0),
+            Err(Expired {
+                requested: 0,
+                oldest: 1
+            })
+        );
         assert!(history.check(1).is_ok());
         let after: Vec<u64> = history.after(1).map(|e| e.resource_version).collect();
         assert_eq!(after, vec![2, 3]);
@@ -182,9 +199,19 @@ mod tests {
         history.push(event(2, EventKind::Modified, "a", Some(json!({"rv": 1}))));
         history.push(event(3, EventKind::Deleted, "a", Some(json!({"rv": 2}))));
         history.push(event(4, EventKind::Added, "b", None));
-        let states = history.undo_after(&ResourceId::core("configmaps"), 1).unwrap();
-        assert_eq!(states[&("default".to_string(), "a".to_string())], Some(Arc::new(json!({"rv": 1}))));
+        let states = history
+            .undo_after(&ResourceId::core("configmaps"), 1)
+            .unwrap();
+        assert_eq!(
+            states[&("default".to_string(), "a".to_string())],
+            Some(Arc::new(json!({"rv": 1})))
+        );
         assert_eq!(states[&("default".to_string(), "b".to_string())], None);
-        assert!(history.undo_after(&ResourceId::core("pods"), 1).unwrap().is_empty());
+        assert!(
+            history
+                .undo_after(&ResourceId::core("pods"), 1)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -4,8 +4,10 @@
 //! consistent lists read. Writers (HTTP handlers, the simulator, tests) all go through [`Store`].
 
 mod admission;
+mod crd;
 mod history;
 mod read;
+mod write;
 
 use std::{
     collections::BTreeMap,
@@ -19,12 +21,12 @@ pub use history::{EventKind, Expired, StoredEvent};
 pub(crate) use read::PageRequest;
 
 use self::{
-    admission::{IdSource, meta_str, metadata_mut},
+    admission::{IdSource, metadata_mut},
     history::History,
 };
 use crate::{
     patch::{self, Patch},
-    resources::{Registry, ResourceId, ResourceType},
+    resources::{Registry, ResourceId},
 };
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
@@ -152,7 +154,10 @@ impl ObjectKey {
     }
 
     fn name_key(&self) -> NameKey {
-        (self.namespace.clone().unwrap_or_default(), self.name.clone())
+        (
+            self.namespace.clone().unwrap_or_default(),
+            self.name.clone(),
+        )
     }
 }
 
@@ -227,14 +232,21 @@ impl Store {
         };
         for ns in SYSTEM_NAMESPACES {
             store
-                .create(&ResourceId::namespaces(), None, json!({"metadata": {"name": ns}}))
+                .create(
+                    &ResourceId::namespaces(),
+                    None,
+                    json!({"metadata": {"name": ns}}),
+                )
                 .expect("system namespaces are valid");
         }
         store
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs a mutation under the lock and publishes the new resourceVersion to watches.
@@ -272,7 +284,12 @@ impl Store {
     }
 
     /// Creates an object in `namespace` (taken from the object's metadata when `None`).
-    pub fn create(&self, resource: &ResourceId, namespace: Option<&str>, object: Value) -> Result<Arc<Value>> {
+    pub fn create(
+        &self,
+        resource: &ResourceId,
+        namespace: Option<&str>,
+        object: Value,
+    ) -> Result<Arc<Value>> {
         self.mutate(|state| state.create(resource, namespace, object))
     }
 
@@ -280,9 +297,13 @@ impl Store {
     pub fn create_object(&self, object: Value) -> Result<Arc<Value>> {
         let api_version = object["apiVersion"].as_str().unwrap_or("");
         let kind = object["kind"].as_str().unwrap_or("");
-        let ty = self.lock().registry.by_kind(api_version, kind).ok_or_else(|| Error::BadRequest {
-            message: format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
-        })?;
+        let ty = self
+            .lock()
+            .registry
+            .by_kind(api_version, kind)
+            .ok_or_else(|| Error::BadRequest {
+                message: format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
+            })?;
         self.create(&ty.id, None, object)
     }
 
@@ -294,7 +315,11 @@ impl Store {
     }
 
     /// Every object of a type (in one namespace, or all), with the resourceVersion they are at.
-    pub fn list(&self, resource: &ResourceId, namespace: Option<&str>) -> Result<(Vec<Arc<Value>>, u64)> {
+    pub fn list(
+        &self,
+        resource: &ResourceId,
+        namespace: Option<&str>,
+    ) -> Result<(Vec<Arc<Value>>, u64)> {
         let page = self.page(
             PageRequest {
                 resource,
@@ -316,8 +341,12 @@ impl Store {
     /// Applies a patch to the current object. An apply patch creates a missing object.
     pub fn patch(&self, key: &ObjectKey, patch: &Patch, part: Part) -> Result<Arc<Value>> {
         self.mutate(|state| match state.current(key).cloned() {
-            Err(Error::NotFound { .. }) if matches!(patch, Patch::Apply(_)) && part == Part::Main => {
-                let Patch::Apply(body) = patch else { unreachable!() };
+            Err(Error::NotFound { .. })
+                if matches!(patch, Patch::Apply(_)) && part == Part::Main =>
+            {
+                let Patch::Apply(body) = patch else {
+                    unreachable!()
+                };
                 let mut object = body.clone();
                 if object.is_object() {
                     metadata_mut(&mut object).insert("name".into(), json!(key.name));
@@ -326,14 +355,21 @@ impl Store {
             }
             Err(e) => Err(e),
             Ok(current) => {
-                let patched = patch.apply_to(&current).map_err(|e| Error::Patch(Arc::new(e)))?;
+                let patched = patch
+                    .apply_to(&current)
+                    .map_err(|e| Error::Patch(Arc::new(e)))?;
                 state.replace(key, patched, part)
             }
         })
     }
 
     /// Read-modify-write of an object under the lock (no resourceVersion precondition).
-    pub fn modify(&self, key: &ObjectKey, part: Part, f: impl FnOnce(&mut Value)) -> Result<Arc<Value>> {
+    pub fn modify(
+        &self,
+        key: &ObjectKey,
+        part: Part,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Arc<Value>> {
         self.mutate(|state| {
             let mut object = Value::clone(state.current(key)?);
             f(&mut object);
@@ -345,238 +381,6 @@ impl Store {
     /// deletes everything in it; deleting a CRD deletes its objects and stops serving the type.
     pub fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
         self.mutate(|state| state.delete(key, preconditions))
-    }
-}
-
-impl State {
-    fn ty(&self, id: &ResourceId) -> Result<Arc<ResourceType>> {
-        self.registry
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::UnknownResource { resource: id.clone() })
-    }
-
-    fn current(&self, key: &ObjectKey) -> Result<&Arc<Value>> {
-        self.objects
-            .get(&key.resource)
-            .and_then(|objects| objects.get(&key.name_key()))
-            .ok_or_else(|| Error::NotFound {
-                resource: key.resource.clone(),
-                name: key.name.clone(),
-            })
-    }
-
-    /// Stamps the next resourceVersion, stores (or removes) the object and records the event.
-    fn commit(
-        &mut self,
-        resource: &ResourceId,
-        key: NameKey,
-        mut object: Value,
-        kind: EventKind,
-        previous: Option<Arc<Value>>,
-    ) -> Arc<Value> {
-        self.resource_version += 1;
-        let rv = self.resource_version;
-        metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
-        let object = Arc::new(object);
-        let objects = self.objects.entry(resource.clone()).or_default();
-        if kind == EventKind::Deleted {
-            objects.remove(&key);
-        } else {
-            objects.insert(key.clone(), object.clone());
-        }
-        self.history.push(StoredEvent {
-            resource_version: rv,
-            kind,
-            resource: resource.clone(),
-            key,
-            object: object.clone(),
-            previous,
-        });
-        object
-    }
-
-    fn create(&mut self, resource: &ResourceId, namespace: Option<&str>, mut object: Value) -> Result<Arc<Value>> {
-        let ty = self.ty(resource)?;
-        let namespace = if ty.namespaced {
-            let in_body = object.is_object().then(|| meta_str(&object, "namespace")).unwrap_or("");
-            let ns = match namespace.filter(|ns| !ns.is_empty()) {
-                Some(ns) if !in_body.is_empty() && in_body != ns => {
-                    return Err(Error::BadRequest {
-                        message: "the namespace of the provided object does not match the namespace sent on the request".into(),
-                    });
-                }
-                Some(ns) => ns.to_string(),
-                None if !in_body.is_empty() => in_body.to_string(),
-                None => {
-                    return Err(Error::BadRequest {
-                        message: format!("a namespace is required to create {}", ty.id),
-                    });
-                }
-            };
-            let namespace_key = ObjectKey::new(ResourceId::namespaces(), None, ns.clone());
-            let namespace_object = self.current(&namespace_key)?;
-            if !meta_str(namespace_object, "deletionTimestamp").is_empty() {
-                return Err(Error::Forbidden {
-                    resource: ty.id.clone(),
-                    name: String::new(),
-                    reason: format!("unable to create new content in namespace {ns} because it is being terminated"),
-                });
-            }
-            Some(ns)
-        } else {
-            None
-        };
-        admission::prepare_create(&ty, &mut object, ty.preferred_version(), namespace.as_deref(), &mut self.ids)?;
-        let key = (namespace.unwrap_or_default(), meta_str(&object, "name").to_string());
-        if self.objects.get(resource).is_some_and(|objects| objects.contains_key(&key)) {
-            return Err(Error::AlreadyExists {
-                resource: resource.clone(),
-                name: key.1,
-            });
-        }
-        if resource.is_crd() {
-            self.registry.insert(admission::type_from_crd(&object)?);
-        }
-        Ok(self.commit(resource, key, object, EventKind::Added, None))
-    }
-
-    fn replace(&mut self, key: &ObjectKey, mut object: Value, part: Part) -> Result<Arc<Value>> {
-        let ty = self.ty(&key.resource)?;
-        if part == Part::Status && !ty.status_subresource {
-            return Err(Error::UnknownResource {
-                resource: ResourceId::new(ty.id.group.as_str(), format!("{}/status", ty.id.resource)),
-            });
-        }
-        let current = self.current(key)?.clone();
-        if !object.is_object() {
-            return Err(Error::BadRequest {
-                message: "the request body must be a JSON object".into(),
-            });
-        }
-        let conflict = |reason: String| Error::Conflict {
-            resource: key.resource.clone(),
-            name: key.name.clone(),
-            reason,
-        };
-        for (field, expected) in [("name", key.name.as_str()), ("namespace", key.namespace.as_deref().unwrap_or(""))] {
-            let given = meta_str(&object, field);
-            if !given.is_empty() && given != expected {
-                return Err(Error::BadRequest {
-                    message: format!("the {field} of the object ({given}) does not match the {field} on the URL ({expected})"),
-                });
-            }
-        }
-        let (given_rv, current_rv) = (meta_str(&object, "resourceVersion"), meta_str(&current, "resourceVersion"));
-        if !given_rv.is_empty() && given_rv != current_rv {
-            return Err(conflict(
-                "the object has been modified; please apply your changes to the latest version and try again".into(),
-            ));
-        }
-        let (given_uid, current_uid) = (meta_str(&object, "uid"), meta_str(&current, "uid"));
-        if !given_uid.is_empty() && given_uid != current_uid {
-            return Err(conflict(format!(
-                "Precondition failed: UID in precondition: {given_uid}, UID in object meta: {current_uid}"
-            )));
-        }
-        admission::prepare_update(&ty, &current, &mut object, part)?;
-        if key.resource.is_crd() {
-            self.registry.insert(admission::type_from_crd(&object)?);
-        }
-        if object == *current {
-            return Ok(current);
-        }
-        let finalized = !meta_str(&object, "deletionTimestamp").is_empty()
-            && object.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
-        if finalized {
-            return Ok(self.remove(key, object, current));
-        }
-        Ok(self.commit(&key.resource, key.name_key(), object, EventKind::Modified, Some(current)))
-    }
-
-    /// Deletes the object now, cascading to what it owns (namespace contents, CRD objects).
-    fn remove(&mut self, key: &ObjectKey, last: Value, current: Arc<Value>) -> Arc<Value> {
-        if key.resource.is_namespace() {
-            let contained: Vec<(ResourceId, NameKey)> = self
-                .objects
-                .iter()
-                .flat_map(|(resource, objects)| {
-                    objects.keys().filter(|(ns, _)| *ns == key.name).map(move |k| (resource.clone(), k.clone()))
-                })
-                .collect();
-            for (resource, name_key) in contained {
-                let object = self.objects[&resource][&name_key].clone();
-                self.commit(&resource, name_key, Value::clone(&object), EventKind::Deleted, Some(object));
-            }
-        }
-        let defined = key.resource.is_crd().then(|| admission::type_from_crd(&current).ok()).flatten();
-        if let Some(defined) = &defined {
-            let owned: Vec<(NameKey, Arc<Value>)> = self
-                .objects
-                .get(&defined.id)
-                .map(|objects| objects.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-                .unwrap_or_default();
-            for (name_key, object) in owned {
-                self.commit(&defined.id, name_key, Value::clone(&object), EventKind::Deleted, Some(object));
-            }
-        }
-        let deleted = self.commit(&key.resource, key.name_key(), last, EventKind::Deleted, Some(current));
-        if let Some(defined) = defined {
-            self.registry.remove(&defined.id);
-            self.objects.remove(&defined.id);
-        }
-        deleted
-    }
-
-    fn delete(&mut self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
-        self.ty(&key.resource)?;
-        let current = self.current(key)?.clone();
-        let conflict = |what: &str, expected: &str, field: &str| Error::Conflict {
-            resource: key.resource.clone(),
-            name: key.name.clone(),
-            reason: format!(
-                "Precondition failed: {what} in precondition: {expected}, {what} in object meta: {}",
-                meta_str(&current, field)
-            ),
-        };
-        if let Some(uid) = &preconditions.uid
-            && uid != meta_str(&current, "uid")
-        {
-            return Err(conflict("UID", uid, "uid"));
-        }
-        if let Some(rv) = &preconditions.resource_version
-            && rv != meta_str(&current, "resourceVersion")
-        {
-            return Err(conflict("ResourceVersion", rv, "resourceVersion"));
-        }
-        if key.resource.is_namespace() && SYSTEM_NAMESPACES[..3].contains(&key.name.as_str()) {
-            return Err(Error::Forbidden {
-                resource: key.resource.clone(),
-                name: key.name.clone(),
-                reason: "this namespace may not be deleted".into(),
-            });
-        }
-        let has_finalizers = current
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if !has_finalizers {
-            return Ok(Deletion::Deleted(self.remove(key, Value::clone(&current), current)));
-        }
-        if !meta_str(&current, "deletionTimestamp").is_empty() {
-            return Ok(Deletion::Finalizing(current));
-        }
-        let mut marked = Value::clone(&current);
-        let meta = metadata_mut(&mut marked);
-        meta.insert("deletionTimestamp".into(), json!(admission::now()));
-        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        meta.insert("generation".into(), json!(generation + 1));
-        if key.resource.is_namespace() {
-            marked["status"] = json!({"phase": "Terminating"});
-        }
-        let marked = self.commit(&key.resource, key.name_key(), marked, EventKind::Modified, Some(current));
-        Ok(Deletion::Finalizing(marked))
     }
 }
 

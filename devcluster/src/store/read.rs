@@ -57,7 +57,11 @@ fn merged<'a>(
 
 impl Store {
     /// Reads one page of matching objects at a snapshot.
-    pub(crate) fn page(&self, request: PageRequest<'_>, filter: &dyn Fn(&Value) -> bool) -> Result<Page> {
+    pub(crate) fn page(
+        &self,
+        request: PageRequest<'_>,
+        filter: &dyn Fn(&Value) -> bool,
+    ) -> Result<Page> {
         let state = self.lock();
         state.ty(request.resource)?;
         let latest = state.resource_version;
@@ -69,7 +73,10 @@ impl Store {
             });
         }
         let overrides = if at < latest {
-            state.history.undo_after(request.resource, at).map_err(Error::Expired)?
+            state
+                .history
+                .undo_after(request.resource, at)
+                .map_err(Error::Expired)?
         } else {
             BTreeMap::new()
         };

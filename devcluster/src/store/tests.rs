@@ -11,7 +11,11 @@ fn key(resource: &str, ns: Option<&str>, name: &str) -> ObjectKey {
 }
 
 fn rv(object: &Value) -> u64 {
-    object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -22,20 +26,34 @@ fn create_sets_server_metadata_and_increments_the_store_version() {
     assert_eq!(rv(&created), start + 1);
     assert_eq!(created["metadata"]["generation"], 1);
     assert_eq!(created["metadata"]["uid"].as_str().unwrap().len(), 36);
-    assert!(created["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        created["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
     let other = store.create_object(cm("b", json!({}))).unwrap();
     assert_eq!(rv(&other), start + 2);
     assert_ne!(created["metadata"]["uid"], other["metadata"]["uid"]);
-    assert_eq!(store.get(&key("configmaps", Some("default"), "a")).unwrap(), created);
+    assert_eq!(
+        store.get(&key("configmaps", Some("default"), "a")).unwrap(),
+        created
+    );
 }
 
 #[test]
 fn create_errors_match_the_api_server() {
     let store = Store::new(100);
     store.create_object(cm("a", json!({}))).unwrap();
-    assert!(matches!(store.create_object(cm("a", json!({}))), Err(Error::AlreadyExists { .. })));
-    let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}});
-    let Err(Error::Invalid { causes, .. }) = store.create_object(nameless) else { panic!("expected invalid") };
+    assert!(matches!(
+        store.create_object(cm("a", json!({}))),
+        Err(Error::AlreadyExists { .. })
+    ));
+    let nameless =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}});
+    let Err(Error::Invalid { causes, .. }) = store.create_object(nameless) else {
+        panic!("expected invalid")
+    };
     assert_eq!(causes[0].field, "metadata.name");
     assert_eq!(causes[0].reason, "FieldValueRequired");
     let elsewhere = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "nope"}});
@@ -45,7 +63,12 @@ fn create_errors_match_the_api_server() {
     ));
     let generated = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-", "namespace": "default"}});
     let created = store.create_object(generated).unwrap();
-    assert!(created["metadata"]["name"].as_str().unwrap().starts_with("gen-"));
+    assert!(
+        created["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("gen-")
+    );
 }
 
 #[test]
@@ -59,7 +82,10 @@ fn replace_enforces_optimistic_concurrency_and_bumps_generation_on_spec_change()
     assert_eq!(updated["metadata"]["generation"], 2);
     assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
     // The same body again carries the old resourceVersion: conflict.
-    assert!(matches!(store.replace(&k, update, Part::Main), Err(Error::Conflict { .. })));
+    assert!(matches!(
+        store.replace(&k, update, Part::Main),
+        Err(Error::Conflict { .. })
+    ));
     // A label-only change does not bump generation.
     let mut relabel = Value::clone(&updated);
     relabel["metadata"]["labels"] = json!({"x": "y"});
@@ -73,7 +99,11 @@ fn no_op_update_keeps_the_resource_version() {
     let created = store.create_object(cm("a", json!({"k": "1"}))).unwrap();
     let before = store.resource_version();
     let same = store
-        .replace(&key("configmaps", Some("default"), "a"), Value::clone(&created), Part::Main)
+        .replace(
+            &key("configmaps", Some("default"), "a"),
+            Value::clone(&created),
+            Part::Main,
+        )
         .unwrap();
     assert_eq!(same, created);
     assert_eq!(store.resource_version(), before);
@@ -91,15 +121,29 @@ fn status_subresource_separates_status_from_spec() {
     main["status"]["phase"] = json!("Running");
     main["spec"]["nodeName"] = json!("n1");
     let after_main = store.replace(&k, main, Part::Main).unwrap();
-    assert_eq!(after_main["status"]["phase"], "Pending", "main writes keep the status");
+    assert_eq!(
+        after_main["status"]["phase"], "Pending",
+        "main writes keep the status"
+    );
     assert_eq!(after_main["spec"]["nodeName"], "n1");
     let after_status = store
-        .patch(&k, &Patch::Merge(json!({"status": {"phase": "Running"}, "spec": {"nodeName": "n2"}})), Part::Status)
+        .patch(
+            &k,
+            &Patch::Merge(json!({"status": {"phase": "Running"}, "spec": {"nodeName": "n2"}})),
+            Part::Status,
+        )
         .unwrap();
     assert_eq!(after_status["status"]["phase"], "Running");
-    assert_eq!(after_status["spec"]["nodeName"], "n1", "status writes keep the spec");
+    assert_eq!(
+        after_status["spec"]["nodeName"], "n1",
+        "status writes keep the spec"
+    );
     assert!(matches!(
-        store.replace(&key("configmaps", Some("default"), "x"), json!({}), Part::Status),
+        store.replace(
+            &key("configmaps", Some("default"), "x"),
+            json!({}),
+            Part::Status
+        ),
         Err(Error::UnknownResource { .. })
     ));
 }
@@ -116,9 +160,17 @@ fn finalizers_defer_deletion_until_removed() {
     };
     assert!(marked["metadata"]["deletionTimestamp"].is_string());
     assert!(store.get(&k).is_ok());
-    let removed = store.patch(&k, &Patch::Merge(json!({"metadata": {"finalizers": null}})), Part::Main).unwrap();
+    let removed = store
+        .patch(
+            &k,
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            Part::Main,
+        )
+        .unwrap();
     assert!(matches!(store.get(&k), Err(Error::NotFound { .. })));
-    let (events, _) = store.events_after(&ResourceId::core("configmaps"), rv(&marked), 10).unwrap();
+    let (events, _) = store
+        .events_after(&ResourceId::core("configmaps"), rv(&marked), 10)
+        .unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, EventKind::Deleted);
     assert_eq!(events[0].object, removed);
@@ -133,11 +185,23 @@ fn delete_preconditions_and_protected_namespaces() {
         resource_version: Some("1".into()),
         ..Default::default()
     };
-    assert!(matches!(store.delete(&k, &stale), Err(Error::Conflict { .. })));
-    assert!(matches!(store.delete(&k, &Preconditions::default()), Ok(Deletion::Deleted(_))));
-    assert!(matches!(store.delete(&k, &Preconditions::default()), Err(Error::NotFound { .. })));
     assert!(matches!(
-        store.delete(&key("namespaces", None, "default"), &Preconditions::default()),
+        store.delete(&k, &stale),
+        Err(Error::Conflict { .. })
+    ));
+    assert!(matches!(
+        store.delete(&k, &Preconditions::default()),
+        Ok(Deletion::Deleted(_))
+    ));
+    assert!(matches!(
+        store.delete(&k, &Preconditions::default()),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete(
+            &key("namespaces", None, "default"),
+            &Preconditions::default()
+        ),
         Err(Error::Forbidden { .. })
     ));
 }
@@ -145,14 +209,26 @@ fn delete_preconditions_and_protected_namespaces() {
 #[test]
 fn deleting_a_namespace_deletes_its_contents() {
     let store = Store::new(100);
-    store.create(&ResourceId::namespaces(), None, json!({"metadata": {"name": "team"}})).unwrap();
+    store
+        .create(
+            &ResourceId::namespaces(),
+            None,
+            json!({"metadata": {"name": "team"}}),
+        )
+        .unwrap();
     for name in ["a", "b"] {
         store
-            .create(&ResourceId::core("configmaps"), Some("team"), json!({"metadata": {"name": name}}))
+            .create(
+                &ResourceId::core("configmaps"),
+                Some("team"),
+                json!({"metadata": {"name": name}}),
+            )
             .unwrap();
     }
     store.create_object(cm("kept", json!({}))).unwrap();
-    store.delete(&key("namespaces", None, "team"), &Preconditions::default()).unwrap();
+    store
+        .delete(&key("namespaces", None, "team"), &Preconditions::default())
+        .unwrap();
     let (left, _) = store.list(&ResourceId::core("configmaps"), None).unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["metadata"]["name"], "kept");
@@ -176,10 +252,16 @@ fn crd_creation_serves_the_type_and_deletion_removes_it() {
         .unwrap();
     assert_eq!(store.list(&widgets, None).unwrap().0.len(), 1);
     store
-        .delete(&ObjectKey::new(ResourceId::crds(), None, "widgets.example.com"), &Preconditions::default())
+        .delete(
+            &ObjectKey::new(ResourceId::crds(), None, "widgets.example.com"),
+            &Preconditions::default(),
+        )
         .unwrap();
     assert!(store.registry().get(&widgets).is_none());
-    assert!(matches!(store.list(&widgets, None), Err(Error::UnknownResource { .. })));
+    assert!(matches!(
+        store.list(&widgets, None),
+        Err(Error::UnknownResource { .. })
+    ));
 }
 
 #[test]
@@ -187,15 +269,30 @@ fn pages_at_an_old_version_show_the_old_state() {
     let store = Store::new(1000);
     let configmaps = ResourceId::core("configmaps");
     for i in 0..5 {
-        store.create_object(cm(&format!("cm-{i}"), json!({"v": "0"}))).unwrap();
+        store
+            .create_object(cm(&format!("cm-{i}"), json!({"v": "0"})))
+            .unwrap();
     }
     let snapshot = store.resource_version();
-    store.delete(&key("configmaps", Some("default"), "cm-1"), &Preconditions::default()).unwrap();
     store
-        .modify(&key("configmaps", Some("default"), "cm-3"), Part::Main, |o| o["data"]["v"] = json!("1"))
+        .delete(
+            &key("configmaps", Some("default"), "cm-1"),
+            &Preconditions::default(),
+        )
+        .unwrap();
+    store
+        .modify(
+            &key("configmaps", Some("default"), "cm-3"),
+            Part::Main,
+            |o| o["data"]["v"] = json!("1"),
+        )
         .unwrap();
     store.create_object(cm("cm-9", json!({}))).unwrap();
-    fn request<'a>(resource: &'a ResourceId, after: Option<&'a NameKey>, at: Option<u64>) -> PageRequest<'a> {
+    fn request<'a>(
+        resource: &'a ResourceId,
+        after: Option<&'a NameKey>,
+        at: Option<u64>,
+    ) -> PageRequest<'a> {
         PageRequest {
             resource,
             namespace: Some("default"),
@@ -204,19 +301,41 @@ fn pages_at_an_old_version_show_the_old_state() {
             limit: Some(2),
         }
     }
-    let first = store.page(request(&configmaps, None, Some(snapshot)), &|_| true).unwrap();
-    let names = |page: &Page| page.items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let first = store
+        .page(request(&configmaps, None, Some(snapshot)), &|_| true)
+        .unwrap();
+    let names = |page: &Page| {
+        page.items
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(names(&first), vec!["cm-0", "cm-1"]);
-    let second = store.page(request(&configmaps, first.continue_after.as_ref(), Some(snapshot)), &|_| true).unwrap();
+    let second = store
+        .page(
+            request(&configmaps, first.continue_after.as_ref(), Some(snapshot)),
+            &|_| true,
+        )
+        .unwrap();
     assert_eq!(names(&second), vec!["cm-2", "cm-3"]);
     assert_eq!(second.items[1]["data"]["v"], "0");
-    let third = store.page(request(&configmaps, second.continue_after.as_ref(), Some(snapshot)), &|_| true).unwrap();
+    let third = store
+        .page(
+            request(&configmaps, second.continue_after.as_ref(), Some(snapshot)),
+            &|_| true,
+        )
+        .unwrap();
     assert_eq!(names(&third), vec!["cm-4"]);
     assert!(third.continue_after.is_none());
-    let latest = store.page(request(&configmaps, None, None), &|o| o["data"]["v"] == "1").unwrap();
+    let latest = store
+        .page(request(&configmaps, None, None), &|o| o["data"]["v"] == "1")
+        .unwrap();
     assert_eq!(names(&latest), vec!["cm-3"]);
     store.compact();
-    assert!(matches!(store.page(request(&configmaps, None, Some(snapshot)), &|_| true), Err(Error::Expired(_))));
+    assert!(matches!(
+        store.page(request(&configmaps, None, Some(snapshot)), &|_| true),
+        Err(Error::Expired(_))
+    ));
 }
 
 #[test]
@@ -224,10 +343,17 @@ fn history_limit_expires_old_watch_positions() {
     let store = Store::new(3);
     let start = store.resource_version();
     for i in 0..5 {
-        store.create_object(cm(&format!("cm-{i}"), json!({}))).unwrap();
+        store
+            .create_object(cm(&format!("cm-{i}"), json!({})))
+            .unwrap();
     }
-    assert!(matches!(store.events_after(&ResourceId::core("configmaps"), start, 10), Err(Error::Expired(_))));
-    let (events, reached) = store.events_after(&ResourceId::core("configmaps"), start + 2, 10).unwrap();
+    assert!(matches!(
+        store.events_after(&ResourceId::core("configmaps"), start, 10),
+        Err(Error::Expired(_))
+    ));
+    let (events, reached) = store
+        .events_after(&ResourceId::core("configmaps"), start + 2, 10)
+        .unwrap();
     assert_eq!(events.len(), 3);
     assert_eq!(reached, store.resource_version());
 }

@@ -12,7 +12,10 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams},
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+        PostParams,
+    },
     discovery::{Discovery, Scope},
 };
 use serde_json::json;
@@ -31,8 +34,17 @@ fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String)
 fn config_map(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.to_string());
-    cm.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-    cm.data = Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    cm.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    cm.data = Some(
+        data.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
     cm
 }
 
@@ -42,7 +54,9 @@ async fn config_map_crud_follows_api_semantics() -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(dev.client()?, "default");
     let pp = PostParams::default();
 
-    let created = api.create(&pp, &config_map("app", &[("app", "web")], &[("k", "1")])).await?;
+    let created = api
+        .create(&pp, &config_map("app", &[("app", "web")], &[("k", "1")]))
+        .await?;
     let rv1: u64 = created.resource_version().unwrap().parse()?;
     assert!(created.uid().is_some());
     assert!(created.metadata.creation_timestamp.is_some());
@@ -64,33 +78,91 @@ async fn config_map_crud_follows_api_semantics() -> anyhow::Result<()> {
     assert_eq!((stale.0, stale.1.as_str()), (409, "Conflict"));
 
     let patched = api
-        .patch("app", &PatchParams::default(), &Patch::Merge(json!({"data": {"extra": "x"}, "metadata": {"labels": {"tier": "front"}}})))
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"data": {"extra": "x"}, "metadata": {"labels": {"tier": "front"}}}),
+            ),
+        )
         .await?;
     assert_eq!(patched.data.as_ref().unwrap()["k"], "2");
     assert_eq!(patched.data.as_ref().unwrap()["extra"], "x");
     assert_eq!(patched.labels()["tier"], "front");
 
-    api.create(&pp, &config_map("db", &[("app", "db")], &[])).await?;
+    api.create(&pp, &config_map("db", &[("app", "db")], &[]))
+        .await?;
     api.create(&pp, &config_map("plain", &[], &[])).await?;
-    let names = |list: kube::core::ObjectList<ConfigMap>| list.items.iter().map(|c| c.name_any()).collect::<Vec<_>>();
-    assert_eq!(names(api.list(&ListParams::default().labels("app in (web,db)")).await?), vec!["app", "db"]);
-    assert_eq!(names(api.list(&ListParams::default().labels("app,app!=db")).await?), vec!["app"]);
-    assert_eq!(names(api.list(&ListParams::default().labels("!app")).await?), vec!["plain"]);
-    assert_eq!(names(api.list(&ListParams::default().fields("metadata.name=db")).await?), vec!["db"]);
-    assert_eq!(names(api.list(&ListParams::default().fields("metadata.name!=db")).await?), vec!["app", "plain"]);
-    let list_rv: u64 = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap().parse()?;
+    let names = |list: kube::core::ObjectList<ConfigMap>| {
+        list.items.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app in (web,db)"))
+                .await?
+        ),
+        vec!["app", "db"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app,app!=db"))
+                .await?
+        ),
+        vec!["app"]
+    );
+    assert_eq!(
+        names(api.list(&ListParams::default().labels("!app")).await?),
+        vec!["plain"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().fields("metadata.name=db"))
+                .await?
+        ),
+        vec!["db"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().fields("metadata.name!=db"))
+                .await?
+        ),
+        vec!["app", "plain"]
+    );
+    let list_rv: u64 = api
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()?;
     assert_eq!(list_rv, dev.store().resource_version());
-    let selector_list = dev.request_log().records().into_iter().rev().find(|r| r.is(Verb::List, "configmaps") && r.param("labelSelector").is_some());
+    let selector_list = dev
+        .request_log()
+        .records()
+        .into_iter()
+        .rev()
+        .find(|r| r.is(Verb::List, "configmaps") && r.param("labelSelector").is_some());
     assert_eq!(selector_list.unwrap().param("labelSelector"), Some("!app"));
 
     api.delete("app", &DeleteParams::default()).await?;
     let gone = api_error(api.get("app").await);
     assert_eq!((gone.0, gone.1.as_str()), (404, "NotFound"));
-    assert_eq!(api_error(api.delete("app", &DeleteParams::default()).await).0, 404);
+    assert_eq!(
+        api_error(api.delete("app", &DeleteParams::default()).await).0,
+        404
+    );
 
-    let removed = api.delete_collection(&DeleteParams::default(), &ListParams::default().labels("app=db")).await?;
+    let removed = api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=db"),
+        )
+        .await?;
     assert_eq!(removed.left().map(|l| l.items.len()), Some(1));
-    assert_eq!(names(api.list(&ListParams::default()).await?), vec!["plain"]);
+    assert_eq!(
+        names(api.list(&ListParams::default()).await?),
+        vec!["plain"]
+    );
     dev.shutdown().await?;
     Ok(())
 }
@@ -109,28 +181,70 @@ async fn pods_support_node_selectors_strategic_patches_and_status() -> anyhow::R
         }))?;
         pods.create(&PostParams::default(), &pod).await?;
     }
-    let on_node = pods.list(&ListParams::default().fields("spec.nodeName=node-1")).await?;
-    assert_eq!(on_node.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>(), vec!["a"]);
-    let unscheduled = pods.list(&ListParams::default().fields("spec.nodeName=")).await?;
-    assert_eq!(unscheduled.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>(), vec!["c"]);
-    let unsupported = api_error(pods.list(&ListParams::default().fields("spec.containers=x")).await);
+    let on_node = pods
+        .list(&ListParams::default().fields("spec.nodeName=node-1"))
+        .await?;
+    assert_eq!(
+        on_node
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    let unscheduled = pods
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await?;
+    assert_eq!(
+        unscheduled
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>(),
+        vec!["c"]
+    );
+    let unsupported = api_error(
+        pods.list(&ListParams::default().fields("spec.containers=x"))
+            .await,
+    );
     assert_eq!((unsupported.0, unsupported.1.as_str()), (400, "BadRequest"));
 
     let patched = pods
-        .patch("a", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "app", "image": "app:2"}]}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "app", "image": "app:2"}]}})),
+        )
         .await?;
     let containers = &patched.spec.as_ref().unwrap().containers;
     assert_eq!(containers.len(), 2, "strategic merge keeps the sidecar");
     assert_eq!(containers[0].image.as_deref(), Some("app:2"));
     assert_eq!(containers[0].env.as_ref().unwrap()[0].name, "A");
 
-    assert_eq!(patched.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        patched.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending")
+    );
     let running = pods
-        .patch_status("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running"}})))
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
         .await?;
     assert_eq!(running.status.unwrap().phase.as_deref(), Some("Running"));
-    let ignored = pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Failed"}}))).await?;
-    assert_eq!(ignored.status.unwrap().phase.as_deref(), Some("Running"), "main-resource writes keep the status");
+    let ignored = pods
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+        )
+        .await?;
+    assert_eq!(
+        ignored.status.unwrap().phase.as_deref(),
+        Some("Running"),
+        "main-resource writes keep the status"
+    );
     dev.shutdown().await?;
     Ok(())
 }
@@ -140,22 +254,44 @@ async fn paginated_lists_are_consistent_and_expire_with_410() -> anyhow::Result<
     let dev = start().await;
     let api: Api<ConfigMap> = Api::namespaced(dev.client()?, "default");
     for i in 0..7 {
-        dev.store().create_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        dev.store()
+            .create_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": format!("cm-{i}"), "namespace": "default"}}))?;
     }
     let first = api.list(&ListParams::default().limit(3)).await?;
     assert_eq!(first.items.len(), 3);
     let token = first.metadata.continue_.clone().expect("more pages");
     // Changes after the first page do not leak into later pages of the same list.
-    dev.store().delete(&ObjectKey::new(wasmformer_devcluster::ResourceId::core("configmaps"), Some("default"), "cm-5"), &Default::default())?;
-    let second = api.list(&ListParams::default().limit(3).continue_token(&token)).await?;
-    let third = api.list(&ListParams::default().limit(3).continue_token(second.metadata.continue_.as_ref().unwrap())).await?;
-    let mut names: Vec<String> = [first, second, third].iter().flat_map(|p| p.items.iter().map(ResourceExt::name_any)).collect();
+    dev.store().delete(
+        &ObjectKey::new(
+            wasmformer_devcluster::ResourceId::core("configmaps"),
+            Some("default"),
+            "cm-5",
+        ),
+        &Default::default(),
+    )?;
+    let second = api
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await?;
+    let third = api
+        .list(
+            &ListParams::default()
+                .limit(3)
+                .continue_token(second.metadata.continue_.as_ref().unwrap()),
+        )
+        .await?;
+    let mut names: Vec<String> = [first, second, third]
+        .iter()
+        .flat_map(|p| p.items.iter().map(ResourceExt::name_any))
+        .collect();
     names.sort();
     assert_eq!(names, (0..7).map(|i| format!("cm-{i}")).collect::<Vec<_>>());
 
     dev.faults().compact();
-    let expired = api_error(api.list(&ListParams::default().limit(3).continue_token(&token)).await);
+    let expired = api_error(
+        api.list(&ListParams::default().limit(3).continue_token(&token))
+            .await,
+    );
     assert_eq!((expired.0, expired.1.as_str()), (410, "Expired"));
     dev.shutdown().await?;
     Ok(())
@@ -178,7 +314,11 @@ async fn crds_register_custom_resources_in_discovery() -> anyhow::Result<()> {
     }))?;
     let created = crds.create(&PostParams::default(), &crd).await?;
     let conditions = created.status.unwrap().conditions.unwrap();
-    assert!(conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
 
     let discovery = Discovery::new(client.clone()).run().await?;
     let (resource, caps) = discovery
@@ -186,22 +326,41 @@ async fn crds_register_custom_resources_in_discovery() -> anyhow::Result<()> {
         .expect("the CRD's kind is discoverable");
     assert_eq!(resource.plural, "widgets");
     assert_eq!(caps.scope, Scope::Namespaced);
-    assert!(discovery.resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")).is_some());
-    assert!(discovery.resolve_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease")).is_some());
+    assert!(
+        discovery
+            .resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+            .is_some()
+    );
+    assert!(
+        discovery
+            .resolve_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"))
+            .is_some()
+    );
 
-    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget")));
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget")),
+    );
     let widget: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}}))?;
     widgets.create(&PostParams::default(), &widget).await?;
     let fetched = widgets.get("w1").await?;
     assert_eq!(fetched.data["spec"]["size"], 3);
 
-    crds.delete("widgets.example.com", &DeleteParams::default()).await?;
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await?;
     let after = api_error(widgets.get("w1").await);
     assert_eq!(after.0, 404);
 
     let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    assert!(deployments.list(&ListParams::default()).await?.items.is_empty());
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+    );
     dev.shutdown().await?;
     Ok(())
 }

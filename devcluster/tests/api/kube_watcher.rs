@@ -34,7 +34,12 @@ fn seen(event: Result<Event<ConfigMap>, watcher::Error>) -> Seen {
         Ok(Event::InitApply(cm)) => Seen::InitApply(cm.name_any()),
         Ok(Event::InitDone) => Seen::InitDone,
         Ok(Event::Apply(cm)) => {
-            let value = cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
+            let value = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .cloned()
+                .unwrap_or_default();
             Seen::Apply(cm.name_any(), value)
         }
         Ok(Event::Delete(cm)) => Seen::Delete(cm.name_any()),
@@ -63,7 +68,9 @@ impl Feed {
     }
 
     async fn next(&mut self) -> Seen {
-        within("a watcher event", self.events.recv()).await.expect("watcher runs")
+        within("a watcher event", self.events.recv())
+            .await
+            .expect("watcher runs")
     }
 
     /// Consumes one initial sync and returns the initially listed names.
@@ -103,10 +110,21 @@ async fn watcher_syncs_then_follows_a_scripted_sequence() -> anyhow::Result<()> 
     let mut feed = Feed::start(api.clone(), watcher::Config::default());
     assert_eq!(feed.synced().await, vec!["a", "b", "c"]);
 
-    api.create(&PostParams::default(), &serde_json::from_value(cm("d", "1"))?).await?;
-    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(cm("d", "1"))?,
+    )
+    .await?;
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "2"}})),
+    )
+    .await?;
     api.delete("b", &DeleteParams::default()).await?;
-    dev.store().modify(&key("c"), Default::default(), |o| o["data"]["v"] = json!("3"))?;
+    dev.store().modify(&key("c"), Default::default(), |o| {
+        o["data"]["v"] = json!("3")
+    })?;
     assert_eq!(feed.next().await, Seen::Apply("d".into(), "1".into()));
     assert_eq!(feed.next().await, Seen::Apply("a".into(), "2".into()));
     assert_eq!(feed.next().await, Seen::Delete("b".into()));
@@ -124,18 +142,31 @@ async fn closed_watches_resume_from_the_last_version_without_relisting() -> anyh
     let (dev, api) = seeded().await;
     let mut feed = Feed::start(api, watcher::Config::default());
     feed.synced().await;
-    dev.store().modify(&key("a"), Default::default(), |o| o["data"]["v"] = json!("1"))?;
+    dev.store().modify(&key("a"), Default::default(), |o| {
+        o["data"]["v"] = json!("1")
+    })?;
     assert_eq!(feed.next().await, Seen::Apply("a".into(), "1".into()));
     let last_rv = dev.store().resource_version();
 
     let log = dev.request_log();
     let before = log.last_seq();
     dev.faults().close_watches();
-    let rewatch = within("the re-watch", log.wait_for(before, |r| r.is(Verb::Watch, "configmaps"))).await;
-    assert_eq!(rewatch.param("resourceVersion"), Some(last_rv.to_string().as_str()));
+    let rewatch = within(
+        "the re-watch",
+        log.wait_for(before, |r| r.is(Verb::Watch, "configmaps")),
+    )
+    .await;
+    assert_eq!(
+        rewatch.param("resourceVersion"),
+        Some(last_rv.to_string().as_str())
+    );
     dev.store().create_object(cm("e", "5"))?;
     assert_eq!(feed.next().await, Seen::Apply("e".into(), "5".into()));
-    assert_eq!(log.count_since(before, Verb::List, "configmaps"), 0, "no relist after a closed watch");
+    assert_eq!(
+        log.count_since(before, Verb::List, "configmaps"),
+        0,
+        "no relist after a closed watch"
+    );
     dev.shutdown().await?;
     Ok(())
 }
@@ -151,7 +182,11 @@ async fn compaction_makes_the_watcher_relist_after_410() -> anyhow::Result<()> {
     // Hold the re-watch while the store moves on and the history is compacted.
     dev.faults().pause();
     dev.faults().close_watches();
-    within("the held re-watch", log.wait_for(before, |r| r.is(Verb::Watch, "configmaps"))).await;
+    within(
+        "the held re-watch",
+        log.wait_for(before, |r| r.is(Verb::Watch, "configmaps")),
+    )
+    .await;
     dev.store().create_object(cm("e", "1"))?;
     dev.store().delete(&key("a"), &Default::default())?;
     dev.faults().compact();
@@ -161,7 +196,11 @@ async fn compaction_makes_the_watcher_relist_after_410() -> anyhow::Result<()> {
     let mut names = feed.synced().await;
     names.sort();
     assert_eq!(names, vec!["b", "c", "e"]);
-    assert_eq!(log.count_since(before, Verb::List, "configmaps"), 1, "the watcher relisted");
+    assert_eq!(
+        log.count_since(before, Verb::List, "configmaps"),
+        1,
+        "the watcher relisted"
+    );
     dev.shutdown().await?;
     Ok(())
 }
@@ -176,7 +215,11 @@ async fn streaming_list_syncs_from_a_single_watch() -> anyhow::Result<()> {
 
     let log = dev.request_log();
     assert_eq!(log.count(Verb::List, "configmaps"), 0);
-    let watch = log.records().into_iter().find(|r| r.is(Verb::Watch, "configmaps")).unwrap();
+    let watch = log
+        .records()
+        .into_iter()
+        .find(|r| r.is(Verb::Watch, "configmaps"))
+        .unwrap();
     assert_eq!(watch.param("sendInitialEvents"), Some("true"));
     assert_eq!(watch.param("resourceVersionMatch"), Some("NotOlderThan"));
     dev.shutdown().await?;
@@ -187,7 +230,12 @@ async fn streaming_list_syncs_from_a_single_watch() -> anyhow::Result<()> {
 async fn selectors_are_pushed_down_and_objects_leaving_them_are_deleted() -> anyhow::Result<()> {
     let (dev, api) = seeded().await;
     dev.store().create_object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "default"}}))?;
-    let mut feed = Feed::start(api.clone(), watcher::Config::default().labels("app=web").fields("metadata.name!=c"));
+    let mut feed = Feed::start(
+        api.clone(),
+        watcher::Config::default()
+            .labels("app=web")
+            .fields("metadata.name!=c"),
+    );
     assert_eq!(feed.synced().await, vec!["a", "b"]);
     let log = dev.request_log();
     for verb in [Verb::List, Verb::Watch] {
@@ -195,9 +243,19 @@ async fn selectors_are_pushed_down_and_objects_leaving_them_are_deleted() -> any
         assert_eq!(record.param("labelSelector"), Some("app=web"));
         assert_eq!(record.param("fieldSelector"), Some("metadata.name!=c"));
     }
-    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}}))).await?;
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
+    )
+    .await?;
     assert_eq!(feed.next().await, Seen::Delete("a".into()));
-    api.patch("other", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}, "data": {"v": "9"}}))).await?;
+    api.patch(
+        "other",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}, "data": {"v": "9"}})),
+    )
+    .await?;
     assert_eq!(feed.next().await, Seen::Apply("other".into(), "9".into()));
     dev.shutdown().await?;
     Ok(())
@@ -205,27 +263,49 @@ async fn selectors_are_pushed_down_and_objects_leaving_them_are_deleted() -> any
 
 #[tokio::test]
 async fn raw_watches_from_old_versions_get_410_and_bookmarks_flow() -> anyhow::Result<()> {
-    let dev = start_with(DevClusterConfig::default().bookmark_interval(Duration::from_millis(100))).await;
+    let dev =
+        start_with(DevClusterConfig::default().bookmark_interval(Duration::from_millis(100))).await;
     dev.store().create_object(cm("a", "0"))?;
     let api: Api<ConfigMap> = Api::namespaced(dev.client()?, "default");
     let old = dev.store().resource_version() - 1;
     dev.store().create_object(cm("b", "0"))?;
     dev.faults().compact();
-    let mut expired = api.watch(&WatchParams::default(), &old.to_string()).await?.boxed();
+    let mut expired = api
+        .watch(&WatchParams::default(), &old.to_string())
+        .await?
+        .boxed();
     match within("the error event", expired.try_next()).await? {
-        Some(WatchEvent::Error(status)) => assert_eq!((status.code, status.reason.as_str()), (410, "Expired")),
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
+        }
         other => panic!("expected a 410 error event, got {other:?}"),
     }
-    assert!(within("the stream end", expired.try_next()).await?.is_none());
+    assert!(
+        within("the stream end", expired.try_next())
+            .await?
+            .is_none()
+    );
 
     let current = dev.store().resource_version();
-    let mut live = api.watch(&WatchParams::default(), &current.to_string()).await?.boxed();
+    let mut live = api
+        .watch(&WatchParams::default(), &current.to_string())
+        .await?
+        .boxed();
     match within("a bookmark", live.try_next()).await? {
-        Some(WatchEvent::Bookmark(bookmark)) => assert_eq!(bookmark.metadata.resource_version, current.to_string()),
+        Some(WatchEvent::Bookmark(bookmark)) => {
+            assert_eq!(bookmark.metadata.resource_version, current.to_string())
+        }
         other => panic!("expected a bookmark, got {other:?}"),
     }
-    let short = api.watch(&WatchParams::default().timeout(1).disable_bookmarks(), &current.to_string()).await?.boxed();
-    let events: Vec<_> = within("the timed-out watch to end", short.try_collect::<Vec<_>>()).await?;
+    let short = api
+        .watch(
+            &WatchParams::default().timeout(1).disable_bookmarks(),
+            &current.to_string(),
+        )
+        .await?
+        .boxed();
+    let events: Vec<_> =
+        within("the timed-out watch to end", short.try_collect::<Vec<_>>()).await?;
     assert!(events.is_empty());
     dev.shutdown().await?;
     Ok(())

@@ -63,7 +63,11 @@ fn observe(api: Api<ConfigMap>, config: watcher::Config) -> Observer {
             reached_tx.send_replace(change.1);
         }
     });
-    Observer { synced, reached, changes }
+    Observer {
+        synced,
+        reached,
+        changes,
+    }
 }
 
 fn config_map(name: &str, seq: u64) -> serde_json::Value {
@@ -74,7 +78,13 @@ fn config_map(name: &str, seq: u64) -> serde_json::Value {
 async fn three_watchers_see_every_change_in_order_under_load() {
     let dev = start().await;
     let store = dev.store().clone();
-    store.create(&ResourceId::namespaces(), None, json!({"metadata": {"name": "load"}})).unwrap();
+    store
+        .create(
+            &ResourceId::namespaces(),
+            None,
+            json!({"metadata": {"name": "load"}}),
+        )
+        .unwrap();
     let mut live: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i:05}")).collect();
     for name in &live {
         store.create_object(config_map(name, 0)).unwrap();
@@ -87,7 +97,13 @@ async fn three_watchers_see_every_change_in_order_under_load() {
         observe(api.clone(), watcher::Config::default().streaming_lists()),
     ];
     for observer in &mut observers {
-        let initial = within("the initial sync", observer.synced.wait_for(Option::is_some)).await.unwrap().unwrap();
+        let initial = within(
+            "the initial sync",
+            observer.synced.wait_for(Option::is_some),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         assert_eq!(initial, OBJECTS);
     }
 
@@ -105,38 +121,91 @@ async fn three_watchers_see_every_change_in_order_under_load() {
         let roll = rng.below(100);
         let (name, change) = if roll < 5 && !live.is_empty() {
             let name = live.swap_remove(rng.below(live.len() as u64) as usize);
-            let Deletion::Deleted(gone) = store.delete(&key(&name), &Default::default()).unwrap() else {
+            let Deletion::Deleted(gone) = store.delete(&key(&name), &Default::default()).unwrap()
+            else {
                 panic!("no finalizers here")
             };
-            (name, (false, gone["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()))
+            (
+                name,
+                (
+                    false,
+                    gone["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                ),
+            )
         } else {
             let created = roll < 10 || live.is_empty();
-            let name = if created { format!("new-{seq}") } else { live[rng.below(live.len() as u64) as usize].clone() };
+            let name = if created {
+                format!("new-{seq}")
+            } else {
+                live[rng.below(live.len() as u64) as usize].clone()
+            };
             let object = if created {
                 live.push(name.clone());
                 store.create_object(config_map(&name, seq)).unwrap()
             } else {
-                store.modify(&key(&name), Default::default(), |o| o["data"]["seq"] = json!(seq.to_string())).unwrap()
+                store
+                    .modify(&key(&name), Default::default(), |o| {
+                        o["data"]["seq"] = json!(seq.to_string())
+                    })
+                    .unwrap()
             };
-            (name, (true, object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()))
+            (
+                name,
+                (
+                    true,
+                    object["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                ),
+            )
         };
         expected.entry(name).or_default().push(change);
     }
     let producing = started.elapsed();
-    assert!(producing < Duration::from_secs(SECONDS * 2), "producing {total} changes took {producing:?}");
+    assert!(
+        producing < Duration::from_secs(SECONDS * 2),
+        "producing {total} changes took {producing:?}"
+    );
 
     let last = store.resource_version();
     for (i, observer) in observers.iter_mut().enumerate() {
-        within("the watcher to catch up", observer.reached.wait_for(|rv| *rv >= last)).await.unwrap();
+        within(
+            "the watcher to catch up",
+            observer.reached.wait_for(|rv| *rv >= last),
+        )
+        .await
+        .unwrap();
         let seen = observer.changes.lock().unwrap();
-        assert_eq!(seen.len(), expected.len(), "watcher {i}: objects with changes");
+        assert_eq!(
+            seen.len(),
+            expected.len(),
+            "watcher {i}: objects with changes"
+        );
         for (name, changes) in &expected {
-            assert_eq!(seen.get(name), Some(changes), "watcher {i}: changes of {name}");
+            assert_eq!(
+                seen.get(name),
+                Some(changes),
+                "watcher {i}: changes of {name}"
+            );
         }
     }
     let log = dev.request_log();
-    let first_pages = log.records().iter().filter(|r| r.is(Verb::List, "configmaps") && r.param("continue").is_none()).count();
+    let first_pages = log
+        .records()
+        .iter()
+        .filter(|r| r.is(Verb::List, "configmaps") && r.param("continue").is_none())
+        .count();
     assert_eq!(first_pages, 2, "each list-watch watcher listed once");
-    assert_eq!(log.count(Verb::Watch, "configmaps"), 3, "each watcher watched once");
+    assert_eq!(
+        log.count(Verb::Watch, "configmaps"),
+        3,
+        "each watcher watched once"
+    );
     dev.shutdown().await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! Command-line interface: argument types and one function per subcommand.
 
+mod admin;
 mod inspect;
 mod replay;
 mod run;
@@ -51,13 +52,17 @@ pub enum Command {
     Run(run::RunArgs),
     /// Check a host configuration and report every problem with its location.
     Validate(validate::ValidateArgs),
+    /// Show a running host's plugins: version, swaps, calls, failures, queue, synced.
+    Status(admin::StatusArgs),
+    /// Make a running host reload its config file, or one plugin's wasm file.
+    Reload(admin::ReloadArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) => "warn,plugin=off",
+        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) => "warn,plugin=off",
         Command::Run(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -76,5 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Inspect(inspect) => inspect::run(inspect, cache_dir),
         Command::Run(run) => run::run(run, cache_dir),
         Command::Validate(validate) => validate::run(validate, cache_dir),
+        Command::Status(status) => admin::status(status),
+        Command::Reload(reload) => admin::reload(reload),
     }
 }

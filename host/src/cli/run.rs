@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{self, Runtime, RuntimeOptions};
@@ -26,12 +28,20 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
 /// Runs the host until a signal; shared with `wasmformer dev`.
 pub async fn serve(config: HostConfig, client: kube::Client, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let engine = std::sync::Arc::new(PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?);
-    let admin_address = config.host.admin_address;
-    let runtime = Runtime::start(config, client, engine, RuntimeOptions::default()).await;
-    let _admin = match admin_address {
-        Some(addr) => Some(wasmformer::admin::serve(addr, runtime.clone()).await?),
+    let (admin_address, watch_files) = (config.host.admin_address, config.host.watch_config);
+    let token = match &config.host.admin_token_file {
+        Some(file) => {
+            let path = config.base_dir.join(file);
+            Some(std::fs::read_to_string(&path).with_context(|| format!("cannot read host.adminTokenFile {}", path.display()))?)
+        }
         None => None,
     };
+    let runtime = Runtime::start(config, client, engine, RuntimeOptions::default()).await;
+    let _admin = match admin_address {
+        Some(addr) => Some(wasmformer::admin::serve(addr, runtime.clone(), token).await?),
+        None => None,
+    };
+    let _reloads = wasmformer::trigger::spawn(runtime.clone(), watch_files)?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, stopping"),

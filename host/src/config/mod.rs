@@ -24,6 +24,8 @@ pub struct HostConfig {
     pub plugins: Vec<PluginConfig>,
     /// The folder relative paths are resolved against.
     pub base_dir: PathBuf,
+    /// The file it was read from, if any (reloads read it again).
+    pub path: Option<PathBuf>,
 }
 
 impl HostConfig {
@@ -32,7 +34,9 @@ impl HostConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
-        Self::parse(&text, base_dir).map_err(|problems| ConfigError::Invalid { path: path.to_owned(), problems })
+        let mut config = Self::parse(&text, base_dir).map_err(|problems| ConfigError::Invalid { path: path.to_owned(), problems })?;
+        config.path = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Parses and checks configuration text; relative paths resolve against `base_dir`.

@@ -116,7 +116,7 @@ pub(super) fn parse(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Pro
         }
     }
     match (cluster, host, problems.is_empty()) {
-        (Some(cluster), Some(host), true) => Ok(HostConfig { cluster, host, plugins, base_dir }),
+        (Some(cluster), Some(host), true) => Ok(HostConfig { cluster, host, plugins, base_dir, path: None }),
         _ => Err(problems),
     }
 }

@@ -75,10 +75,10 @@ impl DispatchedPlugin {
         self.status.report(&self.name, self.queue.depth())
     }
 
-    /// Replaces the running version with `instance` between two events; returns once swapped.
-    pub fn swap(&self, instance: PluginInstance) {
-        let swapped = self.worker.swap(instance);
-        let _ = swapped.recv();
+    /// Hands `instance` to the worker, which swaps it in between two events; the receiver is
+    /// told when that happened.
+    pub fn swap(&self, instance: PluginInstance) -> std::sync::mpsc::Receiver<()> {
+        self.worker.swap(instance)
     }
 
     /// Records a failed swap (the old version keeps running).

@@ -7,6 +7,8 @@
 //! `$patch`, `$retainKeys` and `$deleteFromPrimitiveList` directives are honoured. Without the
 //! OpenAPI merge-key table some lists kubectl would merge are replaced.
 
+mod json_patch;
+
 use serde_json::{Map, Value};
 
 /// A patch that could not be decoded or applied.
@@ -56,7 +58,9 @@ impl Patch {
     pub fn decode(content_type: &str, body: &[u8]) -> Result<Self> {
         let mime = content_type.split(';').next().unwrap_or("").trim();
         let json = || {
-            serde_json::from_slice::<Value>(body).map_err(|e| Error::Malformed { reason: e.to_string() })
+            serde_json::from_slice::<Value>(body).map_err(|e| Error::Malformed {
+                reason: e.to_string(),
+            })
         };
         match mime {
             "application/merge-patch+json" => Ok(Self::Merge(json()?)),
@@ -69,7 +73,9 @@ impl Patch {
             },
             "application/apply-patch+yaml" | "application/apply-patch+json" => {
                 let value: Value =
-                    serde_saphyr::from_slice(body).map_err(|e| Error::Malformed { reason: e.to_string() })?;
+                    serde_saphyr::from_slice(body).map_err(|e| Error::Malformed {
+                        reason: e.to_string(),
+                    })?;
                 Ok(Self::Apply(value))
             }
             _ => Err(Error::UnsupportedMediaType {
@@ -86,7 +92,8 @@ impl Patch {
             Self::Strategic(patch) | Self::Apply(patch) => strategic(&mut out, patch),
             Self::Json(ops) => {
                 for (index, op) in ops.iter().enumerate() {
-                    json_patch_op(&mut out, op).map_err(|reason| Error::JsonPatch { index, reason })?;
+                    json_patch::apply_op(&mut out, op)
+                        .map_err(|reason| Error::JsonPatch { index, reason })?;
                 }
             }
         }
@@ -138,12 +145,16 @@ fn strategic(target: &mut Value, patch: &Value) {
             Value::Null => {
                 object.remove(key);
             }
-            Value::Object(inner) if inner.get("$patch").and_then(Value::as_str) == Some("delete") => {
+            Value::Object(inner)
+                if inner.get("$patch").and_then(Value::as_str) == Some("delete") =>
+            {
                 object.remove(key);
             }
             Value::Object(_) => strategic(object.entry(key.clone()).or_insert(Value::Null), value),
             Value::Array(items) => {
-                let order = patch.get(&format!("{ORDER}{key}")).and_then(Value::as_array);
+                let order = patch
+                    .get(&format!("{ORDER}{key}"))
+                    .and_then(Value::as_array);
                 let merged = merge_list(object.get(key), items, order);
                 object.insert(key.clone(), merged);
             }
@@ -185,13 +196,22 @@ fn merge_key(current: &[Value], items: &[Value], order: Option<&Vec<Value>>) -> 
     if from_directive.is_some() {
         return from_directive;
     }
-    let all_named = |list: &[Value]| list.iter().all(|v| v.get("name").is_some_and(Value::is_string));
+    let all_named = |list: &[Value]| {
+        list.iter()
+            .all(|v| v.get("name").is_some_and(Value::is_string))
+    };
     (!items.is_empty() && all_named(items) && all_named(current)).then(|| "name".to_string())
 }
 
 fn merge_list(current: Option<&Value>, items: &[Value], order: Option<&Vec<Value>>) -> Value {
-    let current: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
-    let objects = items.iter().chain(order.into_iter().flatten()).all(Value::is_object);
+    let current: Vec<Value> = current
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let objects = items
+        .iter()
+        .chain(order.into_iter().flatten())
+        .all(Value::is_object);
     if objects && let Some(key) = merge_key(&current, items, order) {
         let mut merged = current;
         for item in items {
@@ -209,7 +229,8 @@ fn merge_list(current: Option<&Value>, items: &[Value], order: Option<&Vec<Value
         if let Some(order) = order {
             let rank = |v: &Value| order.iter().position(|o| o.get(&key) == v.get(&key));
             // Listed elements take the given order; others (added by another writer) follow.
-            let (mut listed, rest): (Vec<_>, Vec<_>) = merged.into_iter().partition(|v| rank(v).is_some());
+            let (mut listed, rest): (Vec<_>, Vec<_>) =
+                merged.into_iter().partition(|v| rank(v).is_some());
             listed.sort_by_key(|v| rank(v));
             listed.extend(rest);
             merged = listed;
@@ -218,8 +239,11 @@ fn merge_list(current: Option<&Value>, items: &[Value], order: Option<&Vec<Value
     }
     match order {
         Some(order) if !objects => {
-            let mut merged: Vec<Value> =
-                order.iter().filter(|v| current.contains(v) || items.contains(v)).cloned().collect();
+            let mut merged: Vec<Value> = order
+                .iter()
+                .filter(|v| current.contains(v) || items.contains(v))
+                .cloned()
+                .collect();
             for v in items.iter().chain(&current) {
                 if !merged.contains(v) {
                     merged.push(v.clone());
@@ -244,87 +268,6 @@ fn strip_directives(value: &Value) -> Value {
     }
 }
 
-/// Splits a JSON pointer into unescaped reference tokens.
-fn pointer_tokens(pointer: &str) -> std::result::Result<Vec<String>, String> {
-    if pointer.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rest = pointer.strip_prefix('/').ok_or_else(|| format!("invalid pointer {pointer:?}"))?;
-    Ok(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
-}
-
-fn parent_and_last<'a>(doc: &'a mut Value, pointer: &str) -> std::result::Result<(&'a mut Value, String), String> {
-    let mut tokens = pointer_tokens(pointer)?;
-    let last = tokens.pop().ok_or("the root cannot be the target of this operation")?;
-    let mut current = doc;
-    for token in tokens {
-        current = match current {
-            Value::Object(map) => map.get_mut(&token),
-            Value::Array(list) => token.parse::<usize>().ok().and_then(|i| list.get_mut(i)),
-            _ => None,
-        }
-        .ok_or_else(|| format!("path {pointer:?} does not exist"))?;
-    }
-    Ok((current, last))
-}
-
-fn add(doc: &mut Value, path: &str, value: Value) -> std::result::Result<(), String> {
-    if path.is_empty() {
-        *doc = value;
-        return Ok(());
-    }
-    let (parent, last) = parent_and_last(doc, path)?;
-    match parent {
-        Value::Object(map) => {
-            map.insert(last, value);
-        }
-        Value::Array(list) if last == "-" => list.push(value),
-        Value::Array(list) => {
-            let i = last.parse::<usize>().ok().filter(|i| *i <= list.len()).ok_or("array index out of range")?;
-            list.insert(i, value);
-        }
-        _ => return Err(format!("cannot add to a scalar at {path:?}")),
-    }
-    Ok(())
-}
-
-fn remove(doc: &mut Value, path: &str) -> std::result::Result<Value, String> {
-    let (parent, last) = parent_and_last(doc, path)?;
-    match parent {
-        Value::Object(map) => map.remove(&last),
-        Value::Array(list) => last.parse::<usize>().ok().filter(|i| *i < list.len()).map(|i| list.remove(i)),
-        _ => None,
-    }
-    .ok_or_else(|| format!("path {path:?} does not exist"))
-}
-
-fn json_patch_op(doc: &mut Value, op: &Value) -> std::result::Result<(), String> {
-    let field = |name: &str| op.get(name).and_then(Value::as_str).ok_or(format!("missing {name:?}"));
-    let path = field("path")?;
-    let value = || op.get("value").cloned().ok_or("missing \"value\"".to_string());
-    match field("op")? {
-        "add" => add(doc, path, value()?),
-        "remove" => remove(doc, path).map(|_| ()),
-        "replace" => {
-            remove(doc, path)?;
-            add(doc, path, value()?)
-        }
-        "move" => {
-            let moved = remove(doc, field("from")?)?;
-            add(doc, path, moved)
-        }
-        "copy" => {
-            let copied = doc.pointer(field("from")?).cloned().ok_or("\"from\" does not exist")?;
-            add(doc, path, copied)
-        }
-        "test" => match doc.pointer(path) {
-            Some(actual) if *actual == value()? => Ok(()),
-            _ => Err(format!("test failed at {path:?}")),
-        },
-        other => Err(format!("unknown operation {other:?}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -332,7 +275,10 @@ mod tests {
     use super::*;
 
     fn apply(content_type: &str, target: Value, patch: Value) -> Value {
-        Patch::decode(content_type, patch.to_string().as_bytes()).unwrap().apply_to(&target).unwrap()
+        Patch::decode(content_type, patch.to_string().as_bytes())
+            .unwrap()
+            .apply_to(&target)
+            .unwrap()
     }
 
     #[test]
@@ -360,7 +306,11 @@ mod tests {
                 "ports": [{"containerPort": 8080}, {"$patch": "delete", "containerPort": 81}]
             }]
         }});
-        let out = apply("application/strategic-merge-patch+json; charset=utf-8", target, patch);
+        let out = apply(
+            "application/strategic-merge-patch+json; charset=utf-8",
+            target,
+            patch,
+        );
         assert_eq!(
             out,
             json!({"spec": {"containers": [
@@ -383,16 +333,30 @@ mod tests {
             "spec": {"args": ["-q"]}
         });
         let out = apply("application/strategic-merge-patch+json", target, patch);
-        assert_eq!(out, json!({"metadata": {"finalizers": ["a", "c"]}, "spec": {"args": ["-q"]}}));
+        assert_eq!(
+            out,
+            json!({"metadata": {"finalizers": ["a", "c"]}, "spec": {"args": ["-q"]}})
+        );
     }
 
     #[test]
     fn strategic_replace_directive_and_retain_keys() {
-        let target = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}});
+        let target =
+            json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}});
         let patch = json!({"strategy": {"$retainKeys": ["type"], "type": "Recreate"}});
-        assert_eq!(apply("application/strategic-merge-patch+json", target.clone(), patch), json!({"strategy": {"type": "Recreate"}}));
+        assert_eq!(
+            apply(
+                "application/strategic-merge-patch+json",
+                target.clone(),
+                patch
+            ),
+            json!({"strategy": {"type": "Recreate"}})
+        );
         let patch = json!({"strategy": {"$patch": "replace", "type": "Recreate"}});
-        assert_eq!(apply("application/strategic-merge-patch+json", target, patch), json!({"strategy": {"type": "Recreate"}}));
+        assert_eq!(
+            apply("application/strategic-merge-patch+json", target, patch),
+            json!({"strategy": {"type": "Recreate"}})
+        );
     }
 
     #[test]
@@ -408,12 +372,19 @@ mod tests {
             {"op": "move", "from": "/copy", "path": "/moved"}
         ]);
         let out = apply("application/json-patch+json", target, patch);
-        assert_eq!(out, json!({"metadata": {"labels": {"a/b": "2"}}, "list": [0, 2, 3], "moved": [0, 2, 3]}));
+        assert_eq!(
+            out,
+            json!({"metadata": {"labels": {"a/b": "2"}}, "list": [0, 2, 3], "moved": [0, 2, 3]})
+        );
     }
 
     #[test]
     fn failed_json_patch_test_reports_the_operation() {
-        let patch = Patch::decode("application/json-patch+json", br#"[{"op":"test","path":"/a","value":2}]"#).unwrap();
+        let patch = Patch::decode(
+            "application/json-patch+json",
+            br#"[{"op":"test","path":"/a","value":2}]"#,
+        )
+        .unwrap();
         let err = patch.apply_to(&json!({"a": 1})).unwrap_err();
         assert!(matches!(err, Error::JsonPatch { index: 0, .. }), "{err}");
     }
@@ -421,11 +392,17 @@ mod tests {
     #[test]
     fn apply_patch_accepts_yaml_and_unknown_types_are_rejected() {
         let patch = Patch::decode("application/apply-patch+yaml", b"data:\n  k: v\n").unwrap();
-        assert_eq!(patch.apply_to(&json!({"data": {"o": "1"}})).unwrap(), json!({"data": {"o": "1", "k": "v"}}));
+        assert_eq!(
+            patch.apply_to(&json!({"data": {"o": "1"}})).unwrap(),
+            json!({"data": {"o": "1", "k": "v"}})
+        );
         assert!(matches!(
             Patch::decode("text/plain", b"{}"),
             Err(Error::UnsupportedMediaType { .. })
         ));
-        assert!(matches!(Patch::decode("application/merge-patch+json", b"{"), Err(Error::Malformed { .. })));
+        assert!(matches!(
+            Patch::decode("application/merge-patch+json", b"{"),
+            Err(Error::Malformed { .. })
+        ));
     }
 }

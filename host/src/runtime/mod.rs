@@ -2,12 +2,20 @@
 //! and their dispatch. `wasmformer run` and `wasmformer dev` are this plus signal handling; tests
 //! build it in-process.
 
-use std::collections::{BTreeMap, HashMap};
+mod connect;
+mod discovery;
+mod reload;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::discovery::{ApiResource, Scope};
+use kube::discovery::ApiResource;
+
+pub use connect::{ConnectError, connect};
+pub use discovery::Discovery;
+pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, PluginConfig};
@@ -81,8 +89,15 @@ pub struct Runtime {
     factory: InformerFactory,
     discovery: Discovery,
     log_observer: Option<LogObserver>,
-    plugins: tokio::sync::Mutex<BTreeMap<String, DispatchedPlugin>>,
+    plugins: tokio::sync::Mutex<BTreeMap<String, Running>>,
     failed: std::sync::Mutex<BTreeMap<String, String>>,
+}
+
+/// A running plugin with what a swap needs to start its next version.
+struct Running {
+    dispatched: DispatchedPlugin,
+    config: PluginConfig,
+    grants: Grants,
 }
 
 /// A plugin's kinds, resolved against the cluster.
@@ -162,7 +177,7 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
-        let instance = self.start_instance(&plugin, loaded, grants).await?;
+        let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
         let dispatched = DispatchedPlugin::start(
             instance,
@@ -173,9 +188,11 @@ impl Runtime {
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
         self.failed.lock().expect("failed lock").remove(&name);
-        let previous = self.plugins.lock().await.insert(name, dispatched);
+        let running = Running { dispatched, config: plugin, grants };
+        let previous = self.plugins.lock().await.insert(name, running);
         if let Some(previous) = previous {
-            previous.stop(Duration::from_secs(5));
+            let timeout = self.config().host.shutdown_timeout;
+            tokio::task::spawn_blocking(move || previous.dispatched.stop(timeout)).await.expect("plugin stop task panicked");
         }
         Ok(())
     }
@@ -242,14 +259,14 @@ impl Runtime {
     pub async fn remove_plugin(&self, name: &str) -> Result<(), RuntimeError> {
         let removed = self.plugins.lock().await.remove(name).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
         let timeout = self.config().host.shutdown_timeout;
-        tokio::task::spawn_blocking(move || removed.stop(timeout)).await.expect("plugin stop task panicked");
+        tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout)).await.expect("plugin stop task panicked");
         tracing::info!(plugin.id = %name, "plugin removed");
         Ok(())
     }
 
     /// Every plugin's status, failed ones included.
     pub async fn statuses(&self) -> Vec<StatusReport> {
-        let mut reports: Vec<StatusReport> = self.plugins.lock().await.values().map(DispatchedPlugin::report).collect();
+        let mut reports: Vec<StatusReport> = self.plugins.lock().await.values().map(|r| r.dispatched.report()).collect();
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(StatusReport {
                 name: name.clone(),
@@ -270,7 +287,7 @@ impl Runtime {
 
     /// Whether every running plugin has processed its initial list.
     pub async fn is_synced(&self) -> bool {
-        self.plugins.lock().await.values().all(|p| p.status().is_synced())
+        self.plugins.lock().await.values().all(|p| p.dispatched.status().is_synced())
     }
 
     /// Waits until every running plugin is synced, or `timeout`; returns whether they are.
@@ -294,50 +311,12 @@ impl Runtime {
         let plugins = std::mem::take(&mut *self.plugins.lock().await);
         let stops: Vec<_> = plugins
             .into_values()
-            .map(|plugin| tokio::task::spawn_blocking(move || plugin.stop(timeout)))
+            .map(|plugin| tokio::task::spawn_blocking(move || plugin.dispatched.stop(timeout)))
             .collect();
         for stop in stops {
             let _ = stop.await;
         }
         tracing::info!("all plugins stopped");
-    }
-}
-
-/// Resolves configured kinds to API resources through the cluster's discovery, cached per
-/// group version.
-pub struct Discovery {
-    client: Client,
-    cache: tokio::sync::Mutex<HashMap<String, Vec<(ApiResource, bool)>>>,
-}
-
-impl Discovery {
-    /// Discovery through `client`.
-    pub fn new(client: Client) -> Self {
-        Self { client, cache: Default::default() }
-    }
-
-    /// The API resource `kind` names for `plugin`, and whether it is namespaced.
-    pub async fn resolve(&self, plugin: &str, kind: &KindRef) -> Result<(ApiResource, bool), RuntimeError> {
-        let mut cache = self.cache.lock().await;
-        if !cache.contains_key(&kind.api_version) {
-            let (group, version) = kind.group_version();
-            let gv = kube::core::GroupVersion::gv(group, version);
-            let resources = match kube::discovery::oneshot::pinned_group(&self.client, &gv).await {
-                Ok(api_group) => api_group
-                    .versioned_resources(version)
-                    .into_iter()
-                    .map(|(resource, caps)| (resource, caps.scope == Scope::Namespaced))
-                    .collect(),
-                Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
-                Err(source) => return Err(RuntimeError::Discovery { plugin: plugin.to_owned(), kind: kind.to_string(), source }),
-            };
-            cache.insert(kind.api_version.clone(), resources);
-        }
-        cache[&kind.api_version]
-            .iter()
-            .find(|(r, _)| Some(&r.kind) == kind.kind.as_ref() || Some(&r.plural) == kind.resource.as_ref())
-            .cloned()
-            .ok_or_else(|| RuntimeError::NotServed { plugin: plugin.to_owned(), kind: kind.to_string() })
     }
 }
 
@@ -357,48 +336,3 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Why the host could not connect to the cluster.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// The kubeconfig could not be read or used.
-    #[error("cannot use kubeconfig {path}")]
-    Kubeconfig {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    /// No configuration could be inferred (no kubeconfig, not in a cluster).
-    #[error("cannot find cluster credentials: set cluster.kubeconfig, $KUBECONFIG or cluster.inCluster")]
-    Infer(#[source] kube::config::InferConfigError),
-    /// The in-cluster service account is not usable.
-    #[error("cannot use the in-cluster service account")]
-    InCluster(#[source] kube::config::InClusterError),
-    /// The client could not be built.
-    #[error("cannot create the API client")]
-    Client(#[source] kube::Error),
-}
-
-/// A client for the cluster the configuration names.
-pub async fn connect(config: &HostConfig) -> Result<Client, ConnectError> {
-    let cluster = &config.cluster;
-    let kube_config = if cluster.in_cluster {
-        kube::Config::incluster().map_err(ConnectError::InCluster)?
-    } else if let Some(path) = &cluster.kubeconfig {
-        let path = config.base_dir.join(path);
-        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
-        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| ConnectError::Kubeconfig { path: path.clone(), source })?;
-        kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .map_err(|source| ConnectError::Kubeconfig { path, source })?
-    } else if cluster.context.is_some() {
-        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
-        kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|source| ConnectError::Kubeconfig { path: "$KUBECONFIG".into(), source })?
-    } else {
-        kube::Config::infer().await.map_err(ConnectError::Infer)?
-    };
-    Client::try_from(kube_config).map_err(ConnectError::Client)
-}

@@ -1,0 +1,163 @@
+//! Hot swap: replacing a plugin's version, and applying a changed configuration, without
+//! restarting watches or losing events.
+//!
+//! A new version is loaded, compiled and `init`-ed off the event path with the running version's
+//! grants; only then does the plugin's worker swap it in, between two events. If anything fails,
+//! the running version keeps serving and the failure is logged and shown in the status. The
+//! informers and the cache are not touched: the API server sees no new list or watch.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{Runtime, RuntimeError, error_chain};
+use crate::config::{HostConfig, PluginConfig};
+
+/// What a reload did to one plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum ReloadOutcome {
+    /// A new version was swapped in.
+    Swapped {
+        /// The new version's content hash.
+        version: String,
+        /// How long loading and `init` took (off the event path).
+        prepare_ms: u64,
+    },
+    /// The wasm and settings are unchanged: nothing to do.
+    Unchanged,
+    /// The plugin was started (new in the config, or failed before).
+    Added,
+    /// Its subscriptions changed (`handles`, `read`, `indexes`, queue or resync): it was
+    /// re-subscribed and received the cache as initial adds.
+    Rewired,
+    /// It is no longer in the config and was stopped.
+    Removed,
+    /// The change failed; the previous version (if any) keeps running.
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
+
+impl Runtime {
+    /// Reads the configuration file again and applies it (see [`Runtime::apply_config`]). An
+    /// invalid file changes nothing; its problems are returned.
+    pub async fn reload_config(&self) -> Result<ReloadReport, crate::config::ConfigError> {
+        let Some(path) = self.config().path.clone() else {
+            return Ok(ReloadReport::default());
+        };
+        let config = HostConfig::load(&path)?;
+        Ok(self.apply_config(config).await)
+    }
+}
+
+/// What a reload did, plugin by plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReloadReport {
+    /// `(plugin, outcome)` in name order.
+    pub plugins: Vec<(String, ReloadOutcome)>,
+}
+
+impl Runtime {
+    /// Loads the plugin's wasm file again and swaps it in if its content changed (or if `force`).
+    pub async fn reload_plugin(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
+        let config = {
+            let plugins = self.plugins.lock().await;
+            plugins.get(name).map(|r| r.config.clone()).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?
+        };
+        Ok(self.swap(config, force).await)
+    }
+
+    /// Starts `config`'s version of a running plugin and swaps it in.
+    async fn swap(&self, config: PluginConfig, force: bool) -> ReloadOutcome {
+        let name = config.name.to_string();
+        let started = Instant::now();
+        let result = async {
+            let loaded = self.load(&config).await?;
+            let (grants, running_digest, running_config) = {
+                let plugins = self.plugins.lock().await;
+                let running = plugins.get(&name).ok_or_else(|| RuntimeError::UnknownPlugin(name.clone()))?;
+                (running.grants.clone(), running.dispatched.report().version, running.config.clone())
+            };
+            if !force && loaded.digest() == running_digest && running_config == config {
+                return Ok(None);
+            }
+            let instance = self.start_instance(&config, loaded, grants).await?;
+            Ok::<_, RuntimeError>(Some(instance))
+        }
+        .await;
+        let prepare_ms = started.elapsed().as_millis() as u64;
+        let mut plugins = self.plugins.lock().await;
+        let Some(running) = plugins.get_mut(&name) else {
+            return ReloadOutcome::Failed { error: format!("plugin {name} stopped during the reload") };
+        };
+        match result {
+            Ok(None) => ReloadOutcome::Unchanged,
+            Ok(Some(instance)) => {
+                let version = instance.plugin().digest().to_owned();
+                let swapped = running.dispatched.swap(instance);
+                running.config = config;
+                drop(plugins);
+                // The worker swaps between two events: at most one call's deadline away.
+                let _ = tokio::task::spawn_blocking(move || swapped.recv()).await;
+                tracing::info!(plugin.id = %name, plugin.version = %&version[..12], prepare_ms, "plugin reloaded");
+                ReloadOutcome::Swapped { version, prepare_ms }
+            }
+            Err(e) => {
+                let error = error_chain(&e);
+                tracing::error!(plugin.id = %name, error = %error, "reload failed; the running version keeps serving");
+                running.dispatched.swap_failed(error.clone());
+                ReloadOutcome::Failed { error }
+            }
+        }
+    }
+
+    /// Applies `config`: starts new plugins, stops removed ones, swaps plugins whose wasm,
+    /// `config` block or limits changed, and re-subscribes plugins whose subscriptions changed.
+    /// Host-level settings other than plugins take effect at the next start.
+    pub async fn apply_config(&self, config: HostConfig) -> ReloadReport {
+        let running: Vec<(String, PluginConfig)> =
+            self.plugins.lock().await.iter().map(|(name, r)| (name.clone(), r.config.clone())).collect();
+        {
+            let mut current = self.config.lock().expect("config lock");
+            current.plugins = config.plugins.clone();
+            current.base_dir = config.base_dir.clone();
+            current.path = config.path.clone().or(current.path.take());
+        }
+        let mut report = ReloadReport::default();
+        for (name, _) in running.iter().filter(|(name, _)| config.plugin(name).is_none()) {
+            let outcome = match self.remove_plugin(name).await {
+                Ok(()) => ReloadOutcome::Removed,
+                Err(e) => ReloadOutcome::Failed { error: error_chain(&e) },
+            };
+            report.plugins.push((name.clone(), outcome));
+        }
+        for plugin in config.plugins {
+            let name = plugin.name.to_string();
+            let previous = running.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
+            let outcome = match previous {
+                Some(previous) if same_subscriptions(previous, &plugin) => self.swap(plugin, false).await,
+                Some(_) | None => {
+                    let rewire = previous.is_some();
+                    match self.add_plugin(plugin).await {
+                        Ok(()) if rewire => ReloadOutcome::Rewired,
+                        Ok(()) => ReloadOutcome::Added,
+                        Err(e) => {
+                            self.record_failure(&name, &e);
+                            ReloadOutcome::Failed { error: error_chain(&e) }
+                        }
+                    }
+                }
+            };
+            report.plugins.push((name, outcome));
+        }
+        report.plugins.sort_by(|a, b| a.0.cmp(&b.0));
+        report
+    }
+}
+
+/// Whether two versions of a plugin's config subscribe to the same things (so a swap suffices).
+fn same_subscriptions(a: &PluginConfig, b: &PluginConfig) -> bool {
+    a.handles == b.handles && a.read == b.read && a.indexes == b.indexes && a.resync == b.resync && a.max_queued_events == b.max_queued_events
+}
