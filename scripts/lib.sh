@@ -7,3 +7,14 @@ ensure_wasm_target() {
     rustup target add wasm32-wasip2 >&2
   fi
 }
+
+# kubectl drives the dev cluster in its tests; Debian packages it.
+ensure_kubectl() {
+  if ! command -v kubectl >/dev/null 2>&1; then
+    echo "installing kubectl (Debian package)" >&2
+    if command -v apt-get >/dev/null 2>&1; then
+      (apt-get update -qq && (apt-get install -y -qq kubectl || apt-get install -y -qq kubernetes-client)) >&2 || true
+    fi
+    command -v kubectl >/dev/null 2>&1 || { echo "kubectl is required: install it (e.g. apt-get install kubernetes-client)" >&2; exit 1; }
+  fi
+}

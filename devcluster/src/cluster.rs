@@ -21,7 +21,6 @@ use crate::{
 
 /// How the dev cluster is started.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct DevClusterConfig {
     /// Listen address; the default `127.0.0.1:0` picks a free loopback port.
     pub addr: SocketAddr,

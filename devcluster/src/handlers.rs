@@ -23,7 +23,7 @@ use crate::{
     scale,
     status::ApiStatus,
     store::{Deletion, ObjectKey, Part, Preconditions, Store},
-    table::{self, IncludeObject},
+    view::{self, View},
     watch::{self, WatchSetup},
 };
 
@@ -154,36 +154,23 @@ fn parse_object(bytes: &[u8]) -> Result<Value, ApiStatus> {
     }
 }
 
-fn table_request(headers: &HeaderMap, query: &Query) -> Option<IncludeObject> {
+fn view_of(headers: &HeaderMap, query: &Query) -> View {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    table::wanted(accept).then(|| IncludeObject::parse(query.get("includeObject")))
+    View::negotiate(accept, query)
 }
 
-/// Serves a single object, as JSON or a one-row Table.
+/// Serves a single object in the negotiated representation.
 fn object_response(
     code: StatusCode,
     ty: &ResourceType,
     api_version: &str,
     object: &Arc<Value>,
-    table: Option<IncludeObject>,
+    view: View,
 ) -> Response {
-    let object = list::versioned(object, api_version);
-    match table {
-        Some(include) => {
-            let rv = object
-                .pointer("/metadata/resourceVersion")
-                .cloned()
-                .unwrap_or(Value::Null);
-            json_response(
-                code,
-                &table::render(ty, &[&object], include, json!({"resourceVersion": rv})),
-            )
-        }
-        None => json_response(code, &object),
-    }
+    json_response(code, &view.object(ty, api_version, object))
 }
 
 fn delete_options(bytes: &[u8]) -> Result<Preconditions, ApiStatus> {
@@ -307,14 +294,14 @@ async fn resource(
         Some(_) => return Err(ApiStatus::unknown_path()),
     };
     let api_version = ty.api_version(&path.version);
-    let table = table_request(&parts.headers, query);
+    let view = view_of(&parts.headers, query);
     let namespace = path.namespace.as_deref();
     let key = |name: &str| ObjectKey::new(ty.id.clone(), namespace, name);
     let store = &app.store;
     match (verb, path.name.as_deref()) {
         (Verb::List, _) => {
             let options = ListOptions::parse(query, &ty, namespace, None, false)?;
-            list::serve(store, &ty, &path.version, &options, table).await
+            list::serve(store, &ty, &path.version, &options, view).await
         }
         (Verb::Watch, name) => {
             let options = ListOptions::parse(query, &ty, namespace, name, true)?;
@@ -322,7 +309,7 @@ async fn resource(
                 store: store.clone(),
                 version: path.version.clone(),
                 options,
-                table,
+                view,
                 bookmark_interval: app.bookmark_interval,
                 faults: app.faults.clone(),
                 ty,
@@ -336,7 +323,7 @@ async fn resource(
                 &ty,
                 &api_version,
                 &object,
-                table,
+                view,
             ))
         }
         (Verb::Create, None) => {
@@ -347,7 +334,7 @@ async fn resource(
                 &ty,
                 &api_version,
                 &created,
-                None,
+                view,
             ))
         }
         (Verb::Update, Some(name)) => {
@@ -358,7 +345,7 @@ async fn resource(
                 &ty,
                 &api_version,
                 &updated,
-                None,
+                view,
             ))
         }
         (Verb::Patch, Some(name)) => {
@@ -376,7 +363,7 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(object_response(code, &ty, &api_version, &patched, None))
+            Ok(object_response(code, &ty, &api_version, &patched, view))
         }
         (Verb::Delete, Some(name)) => {
             let preconditions = delete_options(&read_body(body).await?)?;
@@ -389,7 +376,7 @@ async fn resource(
                     &ty,
                     &api_version,
                     &object,
-                    None,
+                    view,
                 )),
             }
         }
@@ -404,7 +391,7 @@ async fn resource(
                 let key = ObjectKey::new(ty.id.clone(), namespace, name);
                 match store.delete(&key, &preconditions) {
                     Ok(Deletion::Deleted(o) | Deletion::Finalizing(o)) => {
-                        deleted.push(list::versioned(&o, &api_version).into_owned())
+                        deleted.push(view::versioned(&o, &api_version).into_owned())
                     }
                     Err(crate::store::Error::NotFound { .. }) => {}
                     Err(other) => return Err(other.into()),

@@ -33,6 +33,7 @@ pub mod simulate;
 pub mod status;
 pub mod store;
 mod table;
+mod view;
 mod watch;
 
 pub use cluster::{DevCluster, DevClusterConfig, Error, Result};

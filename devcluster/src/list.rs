@@ -5,7 +5,7 @@
 //! pages are read at that snapshot, so a paginated list is consistent even while objects change.
 //! Once the history no longer reaches back to the snapshot the token is answered with 410.
 
-use std::{borrow::Cow, sync::Arc, time::Duration};
+use std::time::Duration;
 
 use axum::{
     http::header,
@@ -21,7 +21,7 @@ use crate::{
     selectors::{FieldSelector, LabelSelector},
     status::ApiStatus,
     store::{self, NameKey, PageRequest, Store},
-    table::{self, IncludeObject},
+    view::View,
 };
 
 /// How long a request for a resourceVersion the store has not reached yet waits for it.
@@ -240,33 +240,13 @@ pub(crate) async fn wait_for_version(store: &Store, rv: u64) -> Result<(), ApiSt
     }
 }
 
-/// The object as served at `api_version` (custom resources may be stored at another version).
-pub(crate) fn versioned<'a>(object: &'a Arc<Value>, api_version: &str) -> Cow<'a, Value> {
-    if object["apiVersion"].as_str() == Some(api_version) {
-        Cow::Borrowed(&**object)
-    } else {
-        let mut copy = Value::clone(object);
-        copy["apiVersion"] = json!(api_version);
-        Cow::Owned(copy)
-    }
-}
-
-#[derive(Serialize)]
-struct ListBody<'a> {
-    kind: String,
-    #[serde(rename = "apiVersion")]
-    api_version: String,
-    metadata: Value,
-    items: Vec<Cow<'a, Value>>,
-}
-
 /// Serves a LIST.
 pub(crate) async fn serve(
     store: &Store,
     ty: &ResourceType,
     version: &str,
     options: &ListOptions,
-    table: Option<IncludeObject>,
+    view: View,
 ) -> Result<Response, ApiStatus> {
     let (at, after) = match (
         &options.continue_token,
@@ -309,25 +289,9 @@ pub(crate) async fn serve(
     if let Some(last) = &page.continue_after {
         metadata["continue"] = json!(ContinueToken::encode(page.resource_version, last));
     }
-    let api_version = ty.api_version(version);
-    let items: Vec<Cow<'_, Value>> = page
-        .items
-        .iter()
-        .map(|o| versioned(o, &api_version))
-        .collect();
-    let body = match table {
-        Some(include) => {
-            let objects: Vec<&Value> = items.iter().map(|c| c.as_ref()).collect();
-            serde_json::to_vec(&table::render(ty, &objects, include, metadata))
-        }
-        None => serde_json::to_vec(&ListBody {
-            kind: ty.list_kind(),
-            api_version,
-            metadata,
-            items,
-        }),
-    }
-    .map_err(|e| ApiStatus::internal(e.to_string()))?;
+    let body = view
+        .list(ty, &ty.api_version(version), &page.items, metadata)
+        .map_err(|e| ApiStatus::internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

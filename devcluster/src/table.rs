@@ -30,11 +30,6 @@ impl IncludeObject {
     }
 }
 
-/// Whether an `Accept` header asks for a Table.
-pub(crate) fn wanted(accept: &str) -> bool {
-    accept.split(',').any(|media| media.contains("as=Table"))
-}
-
 struct Column {
     name: &'static str,
     kind: &'static str,
@@ -301,13 +296,5 @@ mod tests {
         );
         assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(table["metadata"]["resourceVersion"], "9");
-    }
-
-    #[test]
-    fn accept_header_detection() {
-        assert!(wanted(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-        ));
-        assert!(!wanted("application/json"));
     }
 }

@@ -25,7 +25,7 @@ use crate::{
     resources::ResourceType,
     status::ApiStatus,
     store::{EventKind, PageRequest, Store, StoredEvent},
-    table::{self, IncludeObject},
+    view::View,
 };
 
 /// Watches without `timeoutSeconds` end after this long, as with the API server's default.
@@ -62,7 +62,7 @@ pub(crate) struct WatchSetup {
     pub ty: Arc<ResourceType>,
     pub version: String,
     pub options: ListOptions,
-    pub table: Option<IncludeObject>,
+    pub view: View,
     pub bookmark_interval: Duration,
     pub faults: Faults,
 }
@@ -144,31 +144,17 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
 }
 
 impl WatchStream {
-    fn write(&self, out: &mut Vec<u8>, kind: &str, object: &Value) {
-        let rendered;
-        let object = match self.setup.table {
-            Some(include) if kind != "BOOKMARK" && kind != "ERROR" => {
-                let rv = object
-                    .pointer("/metadata/resourceVersion")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                rendered = table::render(
-                    &self.setup.ty,
-                    &[object],
-                    include,
-                    json!({"resourceVersion": rv}),
-                );
-                &rendered
-            }
-            _ => object,
-        };
+    fn write(out: &mut Vec<u8>, kind: &str, object: &Value) {
         serde_json::to_writer(&mut *out, &Line { kind, object }).expect("JSON values serialize");
         out.push(b'\n');
     }
 
     fn write_object(&self, out: &mut Vec<u8>, kind: EventKind, object: &Arc<Value>) {
-        let object = list::versioned(object, &self.api_version);
-        self.write(out, kind.as_str(), &object);
+        let object = self
+            .setup
+            .view
+            .object(&self.setup.ty, &self.api_version, object);
+        Self::write(out, kind.as_str(), &object);
     }
 
     fn bookmark(&self, initial_end: bool) -> Bytes {
@@ -177,9 +163,13 @@ impl WatchStream {
         if initial_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let object = json!({"kind": self.setup.ty.kind, "apiVersion": self.api_version, "metadata": metadata});
+        let (api_version, kind) = self
+            .setup
+            .view
+            .bookmark_type(&self.setup.ty, &self.api_version);
+        let object = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
         let mut out = Vec::new();
-        self.write(&mut out, "BOOKMARK", &object);
+        Self::write(&mut out, "BOOKMARK", &object);
         out.into()
     }
 
@@ -251,12 +241,12 @@ impl WatchStream {
                             expired.requested, expired.oldest
                         ),
                     );
-                    self.write(&mut out, "ERROR", &status.to_value());
+                    Self::write(&mut out, "ERROR", &status.to_value());
                     return Some(out.into());
                 }
                 Err(other) => {
                     self.done = true;
-                    self.write(&mut out, "ERROR", &ApiStatus::from(other).to_value());
+                    Self::write(&mut out, "ERROR", &ApiStatus::from(other).to_value());
                     return Some(out.into());
                 }
                 Ok((events, reached)) => {
@@ -275,6 +265,11 @@ impl WatchStream {
             }
             if self.cursor != before {
                 continue;
+            }
+            if !self.setup.store.serves(&self.setup.ty.id) {
+                // The CRD was deleted: its watches end, as on the real server.
+                self.done = true;
+                return None;
             }
             let bookmarks = self.setup.options.allow_bookmarks;
             tokio::select! {

@@ -1,6 +1,8 @@
 //! Support for wasmformer's integration tests: the paths of the plugins built from `examples/`
 //! and `tests/guests/` (by this crate's `build.rs`), and helpers to make objects.
 
+pub mod apiserver;
+
 /// Paths of the wasm components, one constant per crate (`POD_LOGGER`, `PANIC`, …).
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));

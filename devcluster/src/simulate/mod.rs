@@ -22,7 +22,6 @@ pub use rng::Rng;
 
 /// How the simulation behaves.
 #[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
 pub struct SimulationConfig {
     /// Seed for every random choice.
     pub seed: u64,

@@ -1,7 +1,8 @@
 //! The object store: every object of every resource as JSON, keyed by resource, namespace and
 //! name, with one store-wide resourceVersion. All mutations take one lock, so resourceVersions
-//! are totally ordered and every change is appended to the bounded [`history`] that watches and
-//! consistent lists read. Writers (HTTP handlers, the simulator, tests) all go through [`Store`].
+//! are totally ordered and every change is appended to the bounded history of
+//! [`StoredEvent`]s that watches and consistent lists read. Writers (HTTP handlers, the
+//! simulator, tests) all go through [`Store`].
 
 mod admission;
 mod crd;

@@ -134,6 +134,11 @@ impl Store {
         Ok((events, reached))
     }
 
+    /// Whether the type is (still) served.
+    pub fn serves(&self, resource: &ResourceId) -> bool {
+        self.lock().registry.get(resource).is_some()
+    }
+
     /// The oldest resourceVersion a watch or continue token can still start from.
     pub fn oldest_resource_version(&self) -> u64 {
         self.lock().history.oldest()

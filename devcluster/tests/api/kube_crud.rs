@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -14,14 +15,14 @@ use kube::{
     Api, Client, ResourceExt,
     api::{
         ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-        PostParams,
+        PostParams, WatchEvent, WatchParams,
     },
     discovery::{Discovery, Scope},
 };
 use serde_json::json;
 use wasmformer_devcluster::{Verb, store::ObjectKey};
 
-use crate::common::start;
+use crate::common::{start, within};
 
 /// The `(code, reason)` of the Status an API call failed with.
 fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
@@ -348,8 +349,22 @@ async fn crds_register_custom_resources_in_discovery() -> anyhow::Result<()> {
     let fetched = widgets.get("w1").await?;
     assert_eq!(fetched.data["spec"]["size"], 3);
 
+    let rv = dev.store().resource_version().to_string();
+    let mut watch = widgets
+        .watch(&WatchParams::default().disable_bookmarks(), &rv)
+        .await?
+        .boxed();
     crds.delete("widgets.example.com", &DeleteParams::default())
         .await?;
+    match within("the widget deletion", watch.try_next()).await? {
+        Some(WatchEvent::Deleted(gone)) => assert_eq!(gone.metadata.name.as_deref(), Some("w1")),
+        other => panic!("expected the widget's deletion, got {other:?}"),
+    }
+    assert!(
+        within("the widget watch to end", watch.try_next())
+            .await?
+            .is_none()
+    );
     let after = api_error(widgets.get("w1").await);
     assert_eq!(after.0, 404);
 

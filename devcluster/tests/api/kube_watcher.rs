@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
+    core::PartialObjectMeta,
     runtime::watcher::{self, Event},
 };
 use serde_json::json;
@@ -307,6 +308,49 @@ async fn raw_watches_from_old_versions_get_410_and_bookmarks_flow() -> anyhow::R
     let events: Vec<_> =
         within("the timed-out watch to end", short.try_collect::<Vec<_>>()).await?;
     assert!(events.is_empty());
+    dev.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn metadata_only_watchers_get_partial_object_metadata() -> anyhow::Result<()> {
+    let (dev, _) = seeded().await;
+    let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(dev.client()?, "default");
+    let listed = api.list(&Default::default()).await?;
+    assert_eq!(listed.items.len(), 3);
+    assert_eq!(
+        listed.items[0].types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    let mut stream = watcher::watcher(api, watcher::Config::default().streaming_lists()).boxed();
+    let mut initial = 0;
+    loop {
+        match within("a metadata event", stream.try_next())
+            .await?
+            .expect("watching")
+        {
+            Event::InitApply(object) => {
+                assert_eq!(object.types.as_ref().unwrap().api_version, "meta.k8s.io/v1");
+                initial += 1;
+            }
+            Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(initial, 3);
+    dev.store().modify(&key("a"), Default::default(), |o| {
+        o["metadata"]["labels"]["x"] = json!("y")
+    })?;
+    match within("the change", stream.try_next())
+        .await?
+        .expect("watching")
+    {
+        Event::Apply(object) => {
+            assert_eq!(object.types.unwrap().kind, "PartialObjectMetadata");
+            assert_eq!(object.metadata.labels.unwrap()["x"], "y");
+        }
+        other => panic!("expected an apply, got {other:?}"),
+    }
     dev.shutdown().await?;
     Ok(())
 }

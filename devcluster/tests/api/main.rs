@@ -2,6 +2,7 @@
 //! watchers, faults), kubectl as a subprocess, and a load test.
 
 mod common;
+mod control;
 mod kube_crud;
 mod kube_watcher;
 mod kubectl;

@@ -1,6 +1,6 @@
 //! From kube's watcher events to client-go's handler deltas: the pure state machine.
 //!
-//! kube's [`watcher`](kube::runtime::watcher) reports `Init`, `InitApply`, `InitDone`, `Apply`
+//! kube's [`watcher`](mod@kube::runtime::watcher) reports `Init`, `InitApply`, `InitDone`, `Apply`
 //! and `Delete`. The [`Reflector`] compares each with its [`Store`], updates the store, and only
 //! then emits what a handler needs: [`Delta::Add`], [`Delta::Update`] with the old object,
 //! [`Delta::Delete`], and [`Delta::Synced`] once after the first complete list.

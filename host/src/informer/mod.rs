@@ -1,5 +1,5 @@
 //! Shared informers: client-go's `SharedInformerFactory` semantics on top of kube-runtime's
-//! [`watcher`](kube::runtime::watcher).
+//! [`watcher`](mod@kube::runtime::watcher).
 //!
 //! kube's watcher does the list/watch protocol (pagination, bookmarks, re-watching from the last
 //! resourceVersion, relisting after `410 Gone`, streaming lists); this module turns its
@@ -9,7 +9,7 @@
 //! - [`delta`]: the pure state machine from watcher events to [`Delta`]s (`Add`, `Update` with
 //!   the old object, `Delete`, `Synced`), comparing with the store. A relist delivers objects
 //!   that vanished as tombstones (`final_state_unknown`) before its adds and updates.
-//! - [`informer`](self::informer): one running [`Informer`]: a tokio task driving the watcher,
+//! - [`informer`]: one running [`Informer`]: a tokio task driving the watcher,
 //!   the store, and the fan-out to [`DeltaSink`]s, with an [`InformerStatus`] for operators.
 //! - [`watch`]: how the watcher is configured and started for an [`InformerKey`] (dynamic or
 //!   metadata-only objects, selectors pushed down, streaming list or paginated LIST) and how its

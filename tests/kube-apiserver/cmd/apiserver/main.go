@@ -43,19 +43,21 @@ const (
 )
 
 type options struct {
-	dataDir      string
-	keepEtcdData bool
-	port         int
-	etcdPort     int
-	etcdPeerPort int
-	readyTimeout time.Duration
-	etcdLogLevel string
-	extraArgs    []string
+	dataDir        string
+	keepEtcdData   bool
+	port           int
+	etcdPort       int
+	etcdPeerPort   int
+	readyTimeout   time.Duration
+	etcdLogLevel   string
+	exitWithParent bool
+	extraArgs      []string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.dataDir, "data-dir", "", "working directory for certs, tokens, kubeconfigs and etcd data (required)")
+	flag.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop (as on SIGTERM) when the process that started this one exits, so test runs never leave a server behind")
 	flag.BoolVar(&o.keepEtcdData, "keep-etcd-data", false, "keep existing etcd data (restart over the same data) instead of starting empty")
 	flag.IntVar(&o.port, "port", 0, "kube-apiserver secure port on 127.0.0.1 (0 = pick a free port)")
 	flag.IntVar(&o.etcdPort, "etcd-port", 0, "etcd client port on 127.0.0.1 (0 = pick a free port)")
@@ -87,6 +89,9 @@ func run(o options) error {
 	// end of run (a signal during setup is acted upon once the server is up).
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if o.exitWithParent {
+		go watchParent(sigs)
+	}
 
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
@@ -186,7 +191,9 @@ func run(o options) error {
 			}
 			fmt.Fprintf(os.Stderr, "apiserver harness: ready after %s\n", time.Since(started).Round(time.Millisecond))
 			fmt.Printf("READY %s\n", server)
-			return os.Stdout.Sync()
+			// Best effort: stdout may be /dev/null or a pipe, where fsync fails (EINVAL).
+			_ = os.Stdout.Sync()
+			return nil
 		}()
 	}()
 
@@ -342,6 +349,18 @@ func waitReady(ctx context.Context, server string, caPEM []byte, token string) e
 		case <-ctx.Done():
 			return fmt.Errorf("not ready in time (last /readyz: %s)", last)
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// watchParent asks for a clean stop once the parent process is gone (we are
+// re-parented, so our parent pid changes).
+func watchParent(sigs chan<- os.Signal) {
+	parent := os.Getppid()
+	for range time.Tick(500 * time.Millisecond) {
+		if os.Getppid() != parent {
+			sigs <- syscall.SIGTERM
+			return
 		}
 	}
 }

@@ -1,0 +1,548 @@
+//! Hot swap (issue 6), the whole host in-process against the embedded dev cluster: a plugin
+//! swapped 50 times under sustained load loses, duplicates and reorders nothing and the API
+//! server sees no new list or watch; a broken new version leaves the old one serving; plugins
+//! added and removed at run time start and stop their informers; the file watcher never swaps in
+//! a half-written module and does not miss a file written while a reload runs; SIGHUP reloads.
+//!
+//! Two versions of a plugin are the recorder guest as built (`v1`) and the same bytes with a
+//! custom section appended (`v2`, `v3`): same code, different content hash. Their `config.tag`
+//! tells in each logged event which version handled it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use wasmformer::config::HostConfig;
+use wasmformer::plugin::{LogLine, PluginEngine};
+use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
+use wasmformer::trigger;
+use wasmformer_devcluster::{DevCluster, DevClusterConfig, Verb};
+use wasmformer_tests::{Recorded, guests};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The tests that run a [`trigger`] are serialized: SIGHUP reaches every trigger in the process.
+static TRIGGERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ---------------------------------------------------------------------------------------------
+// Plugin versions
+
+/// `wasm` with a component custom section appended: id 0, the body size, then the name (its
+/// length first) and the payload. The code is unchanged; the content hash is not.
+fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    let mut body = leb128(name.len());
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(payload);
+    let mut out = wasm.to_vec();
+    out.push(0);
+    out.extend(leb128(body.len()));
+    out.extend(body);
+    out
+}
+
+fn leb128(mut n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The recorder as `label`: as built for `v1`, with a custom section naming the label otherwise.
+fn recorder_version(label: &str) -> Vec<u8> {
+    let wasm = std::fs::read(guests::RECORDER).expect("read the recorder guest");
+    if label == "v1" { wasm } else { with_custom_section(&wasm, "wasmformer-test-version", label.as_bytes()) }
+}
+
+/// A folder holding `v1.wasm` and `v2.wasm` (and whatever a test writes there).
+struct Versions {
+    dir: tempfile::TempDir,
+    v1: String,
+    v2: String,
+}
+
+impl Versions {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (v1, v2) = (recorder_version("v1"), recorder_version("v2"));
+        std::fs::write(dir.path().join("v1.wasm"), &v1).unwrap();
+        std::fs::write(dir.path().join("v2.wasm"), &v2).unwrap();
+        Self { dir, v1: sha256(&v1), v2: sha256(&v2) }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    fn digest(&self, label: &str) -> &str {
+        match label {
+            "v1" => &self.v1,
+            "v2" => &self.v2,
+            _ => panic!("no version {label}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster, the host and what plugins log
+
+struct Setup {
+    dev: DevCluster,
+    client: kube::Client,
+    cms: Api<ConfigMap>,
+    recorded: Recorded,
+    /// Lines logged by any plugin, counted as they are logged (cheaper than parsing them all).
+    lines: Arc<AtomicUsize>,
+}
+
+async fn setup(namespace: &str) -> Setup {
+    let dev = DevCluster::start(DevClusterConfig::default()).await.expect("dev cluster starts");
+    let client = dev.client().expect("client");
+    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(namespace.into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    Setup { cms: Api::namespaced(client.clone(), namespace), client, dev, recorded: Recorded::default(), lines: Arc::default() }
+}
+
+fn engine() -> Arc<PluginEngine> {
+    Arc::new(PluginEngine::new(Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))).unwrap())
+}
+
+async fn start(s: &Setup, config: HostConfig) -> Arc<Runtime> {
+    let (recorded, lines) = (s.recorded.observer(), s.lines.clone());
+    let observer = Arc::new(move |line: &LogLine| {
+        recorded(line);
+        lines.fetch_add(1, Ordering::SeqCst);
+    });
+    let options = RuntimeOptions { log_observer: Some(observer), ..RuntimeOptions::default() };
+    let runtime = Runtime::start(config, s.client.clone(), engine(), options).await;
+    assert!(runtime.wait_synced(WAIT).await, "plugins did not sync: {:#?}", runtime.statuses().await);
+    runtime
+}
+
+/// A recorder plugin entry for ConfigMaps in `namespace`.
+fn recorder_entry(name: &str, wasm: &str, namespace: &str, config: &str) -> String {
+    format!(
+        "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {namespace}}}]\n    \
+         maxQueuedEvents: 1000000\n    limits: {{deadline: 10s}}\n    config: {config}\n"
+    )
+}
+
+fn parse(yaml: &str, base_dir: &Path) -> HostConfig {
+    HostConfig::parse(yaml, base_dir.to_owned()).unwrap_or_else(|p| panic!("{p:#?}"))
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"n": "0"}})).unwrap()
+}
+
+async fn status(runtime: &Runtime, name: &str) -> wasmformer::dispatch::StatusReport {
+    runtime.statuses().await.into_iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no plugin {name}"))
+}
+
+/// Creates a ConfigMap and returns the event `plugin` logged for it.
+async fn probe(s: &Setup, plugin: &str, name: &str) -> Value {
+    s.cms.create(&PostParams::default(), &config_map(name)).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(event) = s.recorded.events(plugin).into_iter().find(|e| e["name"] == name) {
+            return event;
+        }
+        assert!(Instant::now() < deadline, "{plugin} did not receive {name}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
+async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Fifty swaps under sustained load
+
+/// What the load generator did to each object: `(event, resourceVersion)` in order.
+type Produced = BTreeMap<String, Vec<(String, String)>>;
+
+/// Creates, updates `updates` times and deletes ConfigMaps `{prefix}-0`, `{prefix}-1`, … one
+/// after the other (each object's changes are sequential) until `stop` is set, counting events.
+async fn churn(cms: Api<ConfigMap>, prefix: String, updates: usize, stop: Arc<AtomicBool>, count: Arc<AtomicUsize>) -> Produced {
+    let mut produced = Produced::new();
+    for i in 0.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let name = format!("{prefix}-{i}");
+        let mut changes = Vec::with_capacity(updates + 2);
+        let created = cms.create(&PostParams::default(), &config_map(&name)).await.unwrap();
+        changes.push(("add".to_owned(), created.metadata.resource_version.unwrap()));
+        for n in 1..=updates {
+            let patch = json!({"data": {"n": n.to_string()}});
+            let updated = cms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            changes.push(("update".to_owned(), updated.metadata.resource_version.unwrap()));
+        }
+        let deleted = cms.delete(&name, &DeleteParams::default()).await.unwrap().left().expect("deleted at once, no finalizers");
+        changes.push(("delete".to_owned(), deleted.metadata.resource_version.unwrap()));
+        count.fetch_add(changes.len(), Ordering::SeqCst);
+        produced.insert(name, changes);
+    }
+    produced
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_swaps_under_load_lose_duplicate_and_reorder_nothing_and_do_not_relist() {
+    const SWAPS: usize = 50;
+    const PRODUCERS: usize = 4;
+    const MIN_EVENTS: usize = 5_000;
+    let s = setup("load").await;
+    let versions = Versions::new();
+    let config_for = |label: &str| parse(&format!("plugins:\n{}", recorder_entry("rec", &format!("{label}.wasm"), "load", &format!("{{tag: {label}}}"))), versions.dir.path());
+    let runtime = start(&s, config_for("v1")).await;
+    let mark = s.dev.request_log().last_seq();
+    let watches_before = s.dev.request_log().records().into_iter().filter(|r| r.seq <= mark && (r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps"))).count();
+    assert!(watches_before >= 1, "the request log shows the informer's list or watch, so the check below can fail");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let produced_count = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| tokio::spawn(churn(s.cms.clone(), format!("w{p}"), 3, stop.clone(), produced_count.clone())))
+        .collect();
+
+    // Swap back and forth while the load runs. `windows[k]` is (lines logged when swap k was
+    // asked for, lines logged when it returned).
+    let mut windows = Vec::with_capacity(SWAPS);
+    let mut expected_tags = Vec::with_capacity(SWAPS);
+    for k in 1..=SWAPS {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let label = if k % 2 == 1 { "v2" } else { "v1" };
+        let asked = s.lines.load(Ordering::SeqCst);
+        let report = runtime.apply_config(config_for(label)).await;
+        let returned = s.lines.load(Ordering::SeqCst);
+        match &report.plugins[..] {
+            [(name, ReloadOutcome::Swapped { version, .. })] if name == "rec" => assert_eq!(version, versions.digest(label), "swap {k}"),
+            other => panic!("swap {k} to {label}: {other:?}"),
+        }
+        windows.push((asked, returned));
+        expected_tags.push(label);
+    }
+    let swaps_took = started.elapsed();
+    assert!(produced_count.load(Ordering::SeqCst) > 0, "the load had started before the swaps ended");
+    // Keep the load going a little past the last swap, and to at least MIN_EVENTS events.
+    let past_last_swap = produced_count.load(Ordering::SeqCst) + 200;
+    eventually(Duration::from_secs(120), "the load to produce enough events", async || {
+        (produced_count.load(Ordering::SeqCst) >= MIN_EVENTS.max(past_last_swap)).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let mut produced = Produced::new();
+    for producer in producers {
+        produced.extend(producer.await.unwrap());
+    }
+    let load_took = started.elapsed();
+    let total: usize = produced.values().map(Vec::len).sum();
+
+    s.recorded.wait_for("rec", total, Duration::from_secs(60)).await;
+    // Let anything extra (a duplicate) arrive before comparing.
+    eventually(WAIT, "the queue to drain", async || (status(&runtime, "rec").await.queue_depth == 0).then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = s.recorded.events("rec");
+    eprintln!(
+        "{total} events from {} objects in {load_took:.1?} ({:.0}/s); {SWAPS} swaps in {swaps_took:.1?}",
+        produced.len(),
+        total as f64 / load_took.as_secs_f64()
+    );
+
+    // What both versions received, together, is exactly what was produced, per object in order.
+    assert!(received.iter().all(|e| e["initial"] != true && e["finalStateUnknown"] != true), "no initial adds nor tombstones expected");
+    let mut seen = Produced::new();
+    for e in &received {
+        let name = e["name"].as_str().unwrap().to_owned();
+        seen.entry(name).or_default().push((e["event"].as_str().unwrap().to_owned(), e["resourceVersion"].as_str().unwrap().to_owned()));
+    }
+    let differing: Vec<_> = produced.keys().chain(seen.keys()).filter(|name| produced.get(*name) != seen.get(*name)).take(5).collect();
+    for name in &differing {
+        eprintln!("{name}: produced {:?}\n{name}: received {:?}", produced.get(*name), seen.get(*name));
+    }
+    assert!(differing.is_empty(), "events lost, duplicated or reordered for {} objects, e.g. {differing:?}", differing.len());
+    assert_eq!(received.len(), total);
+
+    // Each swap took effect when it returned: what was logged between two swaps is all from the
+    // version the first one put in.
+    let tags: Vec<&str> = received.iter().map(|e| e["tag"].as_str().unwrap()).collect();
+    let before_first = windows[0].0;
+    assert!(tags[..before_first].iter().all(|t| *t == "v1"), "before the first swap, only v1 serves");
+    for k in 0..SWAPS {
+        let (from, to) = (windows[k].1, windows.get(k + 1).map_or(tags.len(), |w| w.0));
+        if let Some(i) = (from..to).find(|&i| tags[i] != expected_tags[k]) {
+            panic!("event {i} ({}) was handled by {} after swap {} to {} returned", received[i], tags[i], k + 1, expected_tags[k]);
+        }
+    }
+    let switches = tags.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(switches <= SWAPS, "{switches} version changes in the event stream for {SWAPS} swaps");
+    eprintln!("{switches} of the {SWAPS} swaps fell between two events of the stream");
+    assert!(switches >= SWAPS / 2, "most swaps should happen while events flow ({switches} of {SWAPS}): the load was too thin to prove anything");
+
+    let st = status(&runtime, "rec").await;
+    assert_eq!((st.swaps, st.version.as_str(), st.failures), (SWAPS as u64, versions.digest("v1"), 0), "{st:?}");
+    assert!(st.last_swap_error.is_none(), "{st:?}");
+
+    let relisted: Vec<_> = s.dev.request_log().since(mark).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).collect();
+    assert!(relisted.is_empty(), "swaps must not touch the informer: {relisted:#?}");
+    assert!(total >= MIN_EVENTS);
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. A broken new version
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_new_version_is_refused_and_the_old_one_keeps_serving() {
+    let s = setup("broken").await;
+    let versions = Versions::new();
+    let plugin = versions.path("plugin.wasm");
+    std::fs::copy(versions.path("v1.wasm"), &plugin).unwrap();
+    std::fs::write(versions.path("not-wasm.wasm"), "this is a text file, not a component\n").unwrap();
+    let yaml = |wasm: &str| format!("plugins:\n{}", recorder_entry("rec", wasm, "broken", "{tag: v1}"));
+    let runtime = start(&s, parse(&yaml("plugin.wasm"), versions.dir.path())).await;
+    assert_eq!(probe(&s, "rec", "first").await["tag"], "v1");
+
+    // (how the new version is offered, the file, what the error must say)
+    let cases = [
+        ("reload", guests::INIT_FAILS, "init refused: config lacks \"ok\": true"),
+        ("reload", guests::FUTURE_CONTRACT, "was built for contract 0.2.0"),
+        ("reload", "not-wasm.wasm", "is not a WebAssembly file"),
+        ("config", guests::FUTURE_CONTRACT, "was built for contract 0.2.0"),
+        ("config", guests::INIT_FAILS, "failed to start"),
+        ("reload", "missing.wasm", "cannot read"),
+    ];
+    for (i, (how, file, cause)) in cases.into_iter().enumerate() {
+        let source = versions.path(file);
+        let outcome = match how {
+            "reload" => {
+                match std::fs::copy(&source, &plugin) {
+                    Ok(_) => {}
+                    Err(_) => std::fs::remove_file(&plugin).unwrap(), // missing.wasm: no file at all
+                }
+                runtime.reload_plugin("rec", false).await.unwrap()
+            }
+            _ => {
+                let report = runtime.apply_config(parse(&yaml(&source.display().to_string()), versions.dir.path())).await;
+                assert_eq!(report.plugins.len(), 1, "{report:?}");
+                report.plugins[0].1.clone()
+            }
+        };
+        let ReloadOutcome::Failed { error } = &outcome else { panic!("case {i} ({file}): {outcome:?}") };
+        assert!(error.contains(cause), "case {i}: the error should say {cause:?}: {error}");
+        assert!(error.contains("plugin rec"), "case {i}: the error names the plugin: {error}");
+        let st = status(&runtime, "rec").await;
+        assert_eq!(st.version, versions.v1, "case {i}: the running version is unchanged");
+        assert_eq!(st.swaps, 0, "case {i}");
+        let last = st.last_swap_error.unwrap_or_default();
+        assert!(last.contains(cause), "case {i}: lastSwapError should say {cause:?}: {last}");
+        let event = probe(&s, "rec", &format!("after-{i}")).await;
+        assert_eq!(event["tag"], "v1", "case {i}: the old version still serves: {event}");
+    }
+
+    // A good version still goes in afterwards.
+    std::fs::copy(versions.path("v2.wasm"), &plugin).unwrap();
+    let report = runtime.apply_config(parse(&yaml("plugin.wasm").replace("tag: v1", "tag: v2"), versions.dir.path())).await;
+    assert!(matches!(&report.plugins[..], [(_, ReloadOutcome::Swapped { version, .. })] if *version == versions.v2), "{report:?}");
+    assert_eq!(probe(&s, "rec", "recovered").await["tag"], "v2");
+    let st = status(&runtime, "rec").await;
+    assert_eq!((st.swaps, st.failures), (1, 0), "{st:?}");
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Plugins added and removed at run time
+
+fn informed_resources(runtime: &Runtime) -> Vec<String> {
+    runtime.informers().statuses().into_iter().map(|(key, _)| key.resource_name()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_added_and_removed_at_run_time_start_and_stop_their_informers() {
+    let s = setup("dyn").await;
+    let versions = Versions::new();
+    let pods_entry = "  - name: pods\n    wasm: v1.wasm\n    handles: [{apiVersion: v1, kind: Pod, namespace: dyn}]\n    config: {tag: pods}\n";
+    let cms_entry = |name: &str| recorder_entry(name, "v1.wasm", "dyn", &format!("{{tag: {name}}}"));
+    let with = |entries: &[&str]| parse(&format!("plugins:\n{}", entries.concat()), versions.dir.path());
+    let runtime = start(&s, with(&[pods_entry])).await;
+    assert_eq!(informed_resources(&runtime), ["pods"]);
+
+    let outcomes = |report: wasmformer::runtime::ReloadReport| report.plugins.into_iter().map(|(n, o)| format!("{n}: {o:?}")).collect::<Vec<_>>();
+    let (a, b) = (cms_entry("cms-a"), cms_entry("cms-b"));
+    assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry, &a])).await), ["cms-a: Added", "pods: Unchanged"]);
+    assert_eq!(informed_resources(&runtime), ["configmaps", "pods"]);
+    assert!(runtime.wait_synced(WAIT).await);
+    assert_eq!(probe(&s, "cms-a", "one").await["tag"], "cms-a");
+
+    assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry, &a, &b])).await), ["cms-a: Unchanged", "cms-b: Added", "pods: Unchanged"]);
+    assert!(runtime.wait_synced(WAIT).await);
+    let initial = s.recorded.wait_for("cms-b", 1, WAIT).await;
+    assert_eq!((initial[0]["name"].as_str(), initial[0]["initial"].as_bool()), (Some("one"), Some(true)), "{initial:?}");
+
+    // Removing one of two subscribers keeps the informer; removing the last one stops it.
+    let informer_watch = s.dev.request_log().last_seq();
+    assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry, &b])).await), ["cms-a: Removed", "pods: Unchanged"]);
+    assert_eq!(informed_resources(&runtime), ["configmaps", "pods"], "cms-b still subscribes");
+    assert_eq!(probe(&s, "cms-b", "two").await["tag"], "cms-b");
+    assert_eq!(s.dev.request_log().count_since(informer_watch, Verb::Watch, "configmaps"), 0);
+    assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry])).await), ["cms-b: Removed", "pods: Unchanged"]);
+    eventually(Duration::from_secs(5), "the ConfigMap informer to stop", async || {
+        (informed_resources(&runtime) == ["pods"]).then_some(())
+    })
+    .await;
+    let st = runtime.statuses().await;
+    assert_eq!(st.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["pods"], "{st:?}");
+
+    // Re-adding starts a new informer (a new list and watch) that sees what changed meanwhile.
+    let gone = s.dev.request_log().last_seq();
+    s.cms.create(&PostParams::default(), &config_map("while-unwatched")).await.unwrap();
+    assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry, &a])).await), ["cms-a: Added", "pods: Unchanged"]);
+    assert!(runtime.wait_synced(WAIT).await);
+    assert_eq!(informed_resources(&runtime), ["configmaps", "pods"]);
+    let relisted = s.dev.request_log().since(gone).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).count();
+    assert!(relisted >= 1, "a re-added informer lists again");
+    // cms-a saw "one" live before it was removed; now it gets the whole cache as initial adds.
+    let events = s.recorded.wait_for("cms-a", 4, WAIT).await;
+    let mut initial: Vec<_> = events[1..].iter().map(|e| (e["name"].as_str().unwrap(), e["initial"] == true)).collect();
+    initial.sort();
+    assert_eq!(initial, [("one", true), ("two", true), ("while-unwatched", true)], "{events:#?}");
+    assert_eq!(probe(&s, "cms-a", "three").await["initial"], false);
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. File changes seen by the trigger
+
+/// A config file in the versions folder, naming `plugin.wasm`.
+fn write_config(versions: &Versions, namespace: &str, config: &str) -> PathBuf {
+    let path = versions.path("config.yaml");
+    std::fs::write(&path, format!("plugins:\n{}", recorder_entry("rec", "plugin.wasm", namespace, config))).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_wasm_file_is_never_swapped_in_and_the_complete_one_is() {
+    let _serial = TRIGGERS.lock().await;
+    let s = setup("partial").await;
+    let versions = Versions::new();
+    let plugin = versions.path("plugin.wasm");
+    std::fs::copy(versions.path("v1.wasm"), &plugin).unwrap();
+    let config = write_config(&versions, "partial", "{tag: v1}");
+    let runtime = start(&s, HostConfig::load(&config).unwrap()).await;
+    let trigger = trigger::spawn(runtime.clone(), true).unwrap();
+
+    let v2 = std::fs::read(versions.path("v2.wasm")).unwrap();
+    let half = &v2[..v2.len() / 2];
+    std::fs::write(&plugin, half).unwrap();
+    // The file holds still, so the watcher tries it once: the compile fails and is reported.
+    let failure = eventually(Duration::from_secs(5), "a failed reload of the half-written file", async || {
+        let st = status(&runtime, "rec").await;
+        assert_eq!((st.version.as_str(), st.swaps), (versions.v1.as_str(), 0), "the half-written file was swapped in: {st:?}");
+        st.last_swap_error
+    })
+    .await;
+    assert!(failure.contains("does not compile"), "{failure}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let st = status(&runtime, "rec").await;
+    assert_eq!((st.version.as_str(), st.swaps), (versions.v1.as_str(), 0), "{st:?}");
+    assert_eq!(probe(&s, "rec", "during").await["tag"], "v1", "the old version keeps serving");
+
+    // The complete file (and a new tag) goes in.
+    std::fs::write(&plugin, &v2).unwrap();
+    write_config(&versions, "partial", "{tag: v2}");
+    eventually(Duration::from_secs(10), "v2 to be swapped in", async || (status(&runtime, "rec").await.version == versions.v2).then_some(())).await;
+    assert_eq!(probe(&s, "rec", "after").await["tag"], "v2");
+    assert_eq!(status(&runtime, "rec").await.swaps, 1);
+    trigger.abort();
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_file_written_while_a_reload_runs_is_loaded_too() {
+    let _serial = TRIGGERS.lock().await;
+    let s = setup("racing").await;
+    let versions = Versions::new();
+    let plugin = versions.path("plugin.wasm");
+    std::fs::copy(versions.path("v1.wasm"), &plugin).unwrap();
+    let config = write_config(&versions, "racing", "{tag: v1, sleepMs: 4000}");
+    let runtime = start(&s, HostConfig::load(&config).unwrap()).await;
+    let trigger = trigger::spawn(runtime.clone(), true).unwrap();
+
+    // The plugin is busy for 4 s with one event, so a swap (which happens between two events)
+    // keeps the reload that asked for it waiting until then.
+    s.cms.create(&PostParams::default(), &config_map("slow")).await.unwrap();
+    eventually(WAIT, "the event to be taken", async || (status(&runtime, "rec").await.queue_depth == 0).then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::copy(versions.path("v2.wasm"), &plugin).unwrap();
+    // The watcher notices v2 within 1 s and its reload waits for the call to end (~3.8 s from
+    // now); meanwhile, v3 is written.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let v3 = recorder_version("v3");
+    std::fs::write(&plugin, &v3).unwrap();
+    let v3 = sha256(&v3);
+    eventually(Duration::from_secs(10), "v3 to be swapped in", async || (status(&runtime, "rec").await.version == v3).then_some(())).await;
+    trigger.abort();
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. SIGHUP
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config() {
+    let _serial = TRIGGERS.lock().await;
+    let s = setup("hangup").await;
+    let versions = Versions::new();
+    std::fs::copy(versions.path("v1.wasm"), versions.path("plugin.wasm")).unwrap();
+    let config = write_config(&versions, "hangup", "{tag: v1}");
+    let runtime = start(&s, HostConfig::load(&config).unwrap()).await;
+    // Files are not watched: only the signal reloads. `spawn` installs the SIGHUP handler before
+    // it returns, so from here on the signal cannot end this process.
+    let trigger = trigger::spawn(runtime.clone(), false).unwrap();
+
+    std::fs::write(
+        &config,
+        format!("plugins:\n{}", recorder_entry("rec", "v2.wasm", "hangup", "{tag: v2}")),
+    )
+    .unwrap();
+    tokio::time::sleep(trigger::POLL_INTERVAL * 3).await;
+    assert_eq!(status(&runtime, "rec").await.version, versions.v1, "without the signal nothing reloads");
+
+    let sent = std::process::Command::new("kill").args(["-HUP", &std::process::id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    eventually(Duration::from_secs(10), "v2 to be swapped in", async || (status(&runtime, "rec").await.version == versions.v2).then_some(())).await;
+    assert_eq!(probe(&s, "rec", "after-hangup").await["tag"], "v2");
+    trigger.abort();
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
