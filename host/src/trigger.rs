@@ -30,6 +30,20 @@ fn fingerprint(runtime: &Runtime) -> Fingerprint {
         .collect()
 }
 
+/// What the poller takes as seen after a reload that started when the files were as `before`
+/// says: those stamps, not the files' stamps after the reload, so a file written while the reload
+/// ran (it may block for a compile or a long call) still differs and is reloaded at a later poll.
+/// Files the reload started watching (a plugin added to the config) take their current stamp.
+fn seen_after_reload(before: Fingerprint, after: Fingerprint) -> Fingerprint {
+    after
+        .into_iter()
+        .map(|(path, stamp)| {
+            let stamp = before.iter().find(|(p, _)| *p == path).map_or(stamp, |(_, before)| *before);
+            (path, stamp)
+        })
+        .collect()
+}
+
 async fn reload(runtime: &Runtime, why: &str) {
     tracing::info!(reason = why, "reloading");
     match runtime.reload_config().await {
@@ -49,11 +63,15 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
         let mut seen = fingerprint(&runtime);
         let mut pending: Option<Fingerprint> = None;
         let mut tick = tokio::time::interval(POLL_INTERVAL);
+        // After a reload that took several intervals, poll again one interval later rather than
+        // firing the missed ticks back to back, which would defeat the "hold still" debounce.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = hangup.recv() => {
+                    let before = fingerprint(&runtime);
                     reload(&runtime, "SIGHUP").await;
-                    seen = fingerprint(&runtime);
+                    seen = seen_after_reload(before, fingerprint(&runtime));
                 }
                 _ = tick.tick(), if watch_files => {
                     let now = fingerprint(&runtime);
@@ -61,7 +79,7 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
                         pending = None;
                     } else if pending.as_ref() == Some(&now) {
                         reload(&runtime, "file changed").await;
-                        seen = fingerprint(&runtime);
+                        seen = seen_after_reload(now, fingerprint(&runtime));
                         pending = None;
                     } else {
                         pending = Some(now);

@@ -1,6 +1,7 @@
 //! Command-line interface: argument types and one function per subcommand.
 
 mod admin;
+mod dev;
 mod inspect;
 mod replay;
 mod run;
@@ -50,6 +51,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the host against a cluster: shared informers, the indexed cache and the plugins.
     Run(run::RunArgs),
+    /// Run the host against an embedded, in-memory dev cluster (no cluster needed).
+    Dev(dev::DevArgs),
     /// Check a host configuration and report every problem with its location.
     Validate(validate::ValidateArgs),
     /// Show a running host's plugins: version, swaps, calls, failures, queue, synced.
@@ -63,7 +66,7 @@ pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
         Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) => "warn,plugin=off",
-        Command::Run(_) => "info",
+        Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -80,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Replay(replay) => replay::run(replay, cache_dir),
         Command::Inspect(inspect) => inspect::run(inspect, cache_dir),
         Command::Run(run) => run::run(run, cache_dir),
+        Command::Dev(dev) => dev::run(dev, cache_dir),
         Command::Validate(validate) => validate::run(validate, cache_dir),
         Command::Status(status) => admin::status(status),
         Command::Reload(reload) => admin::reload(reload),

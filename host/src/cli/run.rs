@@ -21,12 +21,17 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async move {
         let client = runtime::connect(&config).await?;
-        serve(config, client, cache_dir).await
+        serve(config, client, cache_dir, None).await
     })
 }
 
-/// Runs the host until a signal; shared with `wasmformer dev`.
-pub async fn serve(config: HostConfig, client: kube::Client, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// Runs the host until a signal (or `run_for` has passed); shared with `wasmformer dev`.
+pub async fn serve(
+    config: HostConfig,
+    client: kube::Client,
+    cache_dir: Option<PathBuf>,
+    run_for: Option<std::time::Duration>,
+) -> anyhow::Result<ExitCode> {
     let engine = std::sync::Arc::new(PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?);
     let (admin_address, watch_files) = (config.host.admin_address, config.host.watch_config);
     let token = match &config.host.admin_token_file {
@@ -43,9 +48,16 @@ pub async fn serve(config: HostConfig, client: kube::Client, cache_dir: Option<P
     };
     let _reloads = wasmformer::trigger::spawn(runtime.clone(), watch_files)?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let deadline = async {
+        match run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, stopping"),
         _ = terminate.recv() => tracing::info!("SIGTERM received, stopping"),
+        _ = deadline => tracing::info!("run time over, stopping"),
     }
     runtime.shutdown().await;
     Ok(ExitCode::SUCCESS)
