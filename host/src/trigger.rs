@@ -56,11 +56,13 @@ async fn reload(runtime: &Runtime, why: &str) {
     }
 }
 
-/// Reloads on SIGHUP, and (if `watch_files`) when the config file or a wasm file changes.
+/// Reloads on SIGHUP, and (if `watch_files`) when the config file or a wasm file changes after
+/// this returns.
 pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    // Taken here, not in the task: a change made before the task first runs is still a change.
+    let mut seen = fingerprint(&runtime);
     Ok(tokio::spawn(async move {
-        let mut seen = fingerprint(&runtime);
         let mut pending: Option<Fingerprint> = None;
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         // After a reload that took several intervals, poll again one interval later rather than

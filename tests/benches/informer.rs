@@ -1,0 +1,986 @@
+//! The informer benchmarks of issue 3, against the real kube-apiserver + etcd of
+//! `tests/kube-apiserver/`, in one run. Prints markdown tables on stdout (what
+//! `scripts/bench-informer` shows) and progress on stderr.
+//!
+//! Every object is the realistic Pod of `../shared/fixtures` (uid, resourceVersion,
+//! creationTimestamp and managedFields dropped; the server sets its own), created with
+//! `--concurrency` requests in flight over `--namespaces` namespaces, then given the fixture's
+//! status through the status subresource (a create drops it), so what is cached is the whole
+//! realistic Pod. The run:
+//!
+//! 1. **Live stream.** An in-process [`Runtime`] with three plugin entries (the recorder guest,
+//!    whose log line per call is the probe) and the client-go `informer` program watch every Pod
+//!    while the first stage's Pods are created. Latency is from the moment the create (or the
+//!    status patch) request is sent to the moment all three plugins have handled the add (or
+//!    update), and for client-go to the moment its JSON line for it is read from its stdout.
+//!    Throughput is the events handled over that window; it is bounded by how fast the API server
+//!    accepts writes on this machine, which the table shows beside it.
+//! 2. **Memory**, at 0 Pods and at each `--pods` count: `wasmformer run` (release build) as a
+//!    child process with one plugin that does nothing (`bench-empty`) on every Pod, and the
+//!    client-go informer on the same Pods. RSS is `VmRSS` of `/proc/<pid>/status`, the median of
+//!    five samples taken after `/readyz` answers (client-go: after it has printed every add) and a
+//!    settling pause. Then the API server is restarted over the same data: both clients re-watch
+//!    from an old resourceVersion, get `410 Gone` and relist; the peak is `VmHWM` (reset through
+//!    `/proc/<pid>/clear_refs` just before) and the maximum of `VmRSS` polled every 10 ms.
+//! 3. **Initial list capacity** at the last count: the in-process runtime with the three plugins
+//!    started against every Pod; events per second until every plugin has handled its initial
+//!    adds.
+//!
+//! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
+//! --namespaces 4 --create-budget 600 --settle 5]`. Needs `target/release/wasmformer`
+//! (`cargo build --release -p wasmformer`). When creating up to a count would take longer than
+//! `--create-budget` seconds at the rate measured so far, that count is lowered to 50 000 and the
+//! report says so.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use wasmformer::cache::CachedObject;
+use wasmformer::config::HostConfig;
+use wasmformer::plugin::{LogLine, LogObserver, PluginEngine};
+use wasmformer::runtime::{Runtime, RuntimeOptions};
+use wasmformer_tests::apiserver::{KubeApiserver, harness_binaries};
+use wasmformer_tests::{guests, realistic_pod, repo_root};
+
+/// Prefix of every Pod name; the index follows (the fixture's name has the same shape).
+const NAME_PREFIX: &str = "web-frontend-7d9f8b6c5d-";
+/// What a count is lowered to when creating up to it would exceed the budget.
+const FALLBACK_COUNT: usize = 50_000;
+const MIB: f64 = 1024.0 * 1024.0;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct Options {
+    counts: Vec<usize>,
+    concurrency: usize,
+    namespaces: usize,
+    create_budget: Duration,
+    settle: Duration,
+}
+
+impl Options {
+    fn from_args() -> Result<Self> {
+        let mut options = Self {
+            counts: vec![10_000, 100_000],
+            concurrency: 16,
+            namespaces: 4,
+            create_budget: Duration::from_secs(600),
+            settle: Duration::from_secs(5),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--pods" => options.counts = value()?.split(',').map(|n| n.trim().replace('_', "").parse()).collect::<Result<_, _>>()?,
+                "--concurrency" => options.concurrency = value()?.parse()?,
+                "--namespaces" => options.namespaces = value()?.parse()?,
+                "--create-budget" => options.create_budget = Duration::from_secs(value()?.parse()?),
+                "--settle" => options.settle = Duration::from_secs(value()?.parse()?),
+                "--bench" => {}
+                other => bail!("unknown argument {other:?}"),
+            }
+        }
+        ensure!(!options.counts.is_empty() && options.counts.windows(2).all(|w| w[0] < w[1]), "--pods: increasing counts");
+        ensure!(options.concurrency > 0 && options.namespaces > 0, "--concurrency and --namespaces must be positive");
+        Ok(options)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods and their creation
+
+/// Makes the benchmark's Pods from the realistic fixture.
+struct PodFactory {
+    template: Pod,
+    status: Value,
+    namespaces: Vec<String>,
+}
+
+impl PodFactory {
+    fn new(namespaces: Vec<String>) -> Self {
+        let mut pod = realistic_pod();
+        let status = pod.as_object_mut().unwrap().remove("status").expect("the fixture has a status");
+        let metadata = pod["metadata"].as_object_mut().unwrap();
+        for field in ["resourceVersion", "uid", "creationTimestamp", "managedFields", "namespace"] {
+            metadata.remove(field);
+        }
+        Self { template: serde_json::from_value(pod).expect("the fixture is a Pod"), status: json!({ "status": status }), namespaces }
+    }
+
+    fn namespace(&self, i: usize) -> &str {
+        &self.namespaces[i % self.namespaces.len()]
+    }
+
+    fn pod(&self, i: usize) -> Pod {
+        let mut pod = self.template.clone();
+        pod.metadata.name = Some(name_of(i));
+        pod
+    }
+}
+
+fn name_of(i: usize) -> String {
+    format!("{NAME_PREFIX}{i:06}")
+}
+
+fn index_of(name: &str) -> Option<usize> {
+    name.strip_prefix(NAME_PREFIX)?.parse().ok()
+}
+
+/// When each request of one Pod was sent and answered.
+#[derive(Debug, Clone, Copy)]
+struct PodTimes {
+    create_sent: Instant,
+    create_done: Instant,
+    status_sent: Instant,
+    status_done: Instant,
+}
+
+/// Retries a request a few times on errors that a loaded server may give (timeouts, 429, 5xx).
+async fn with_retries<T, F: std::future::Future<Output = kube::Result<T>>>(mut request: impl FnMut() -> F) -> Result<T> {
+    let mut attempt = 0;
+    loop {
+        match request().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < 5 && !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 422 || s.code == 403) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Creates Pods `range` (and patches in their status) with `concurrency` requests in flight.
+async fn create_pods(client: &kube::Client, factory: &Arc<PodFactory>, range: std::ops::Range<usize>, concurrency: usize) -> Result<Vec<PodTimes>> {
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, factory, next, end) = (client.clone(), factory.clone(), next.clone(), range.end);
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return Ok::<_, anyhow::Error>(done);
+                }
+                let api: Api<Pod> = Api::namespaced(client.clone(), factory.namespace(i));
+                let pod = factory.pod(i);
+                let (post, patch, status) = (PostParams::default(), PatchParams::default(), Patch::Merge(&factory.status));
+                let create_sent = Instant::now();
+                with_retries(|| api.create(&post, &pod)).await.with_context(|| format!("create pod {i}"))?;
+                let create_done = Instant::now();
+                let name = name_of(i);
+                let status_sent = Instant::now();
+                with_retries(|| api.patch_status(&name, &patch, &status))
+                    .await
+                    .with_context(|| format!("patch the status of pod {i}"))?;
+                done.push((i, PodTimes { create_sent, create_done, status_sent, status_done: Instant::now() }));
+            }
+        }));
+    }
+    let mut times: Vec<Option<PodTimes>> = vec![None; range.len()];
+    for task in tasks {
+        for (i, t) in task.await??.into_iter() {
+            times[i - range.start] = Some(t);
+        }
+    }
+    Ok(times.into_iter().map(|t| t.expect("every pod was created")).collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: memory, the wasmformer host, the client-go informer
+
+/// Memory figures of a process, in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct ProcMem {
+    rss: u64,
+    hwm: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn proc_mem(pid: u32) -> Result<ProcMem> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("read /proc/{pid}/status"))?;
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    Ok(ProcMem { rss: field("VmRSS:"), hwm: field("VmHWM:"), anon: field("RssAnon:"), file: field("RssFile:") })
+}
+
+/// Resets `VmHWM` to the current RSS (`echo 5 > /proc/PID/clear_refs`).
+fn reset_peak(pid: u32) -> Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").with_context(|| format!("reset the peak RSS of {pid}"))
+}
+
+/// RSS of the host by kind of mapping (from `/proc/<pid>/smaps`), in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Breakdown {
+    /// Anonymous memory outside wasm reservations: malloc (cache, kube, tokio, wasmtime's
+    /// metadata), thread stacks.
+    heap: u64,
+    /// Anonymous mappings of at least 1 GiB: wasm linear memories and their guard reservations.
+    wasm_memory: u64,
+    /// The compiled plugin, mapped from the compile cache.
+    wasm_code: u64,
+    /// The executable and shared libraries.
+    code: u64,
+}
+
+fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut breakdown = Breakdown::default();
+    let (mut size, mut path) = (0u64, String::new());
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            let (start, end) = first.split_once('-').unwrap();
+            size = u64::from_str_radix(end, 16).unwrap_or(0).saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
+            path = fields.nth(4).unwrap_or_default().to_owned();
+        } else if first == "Rss:" {
+            let rss = fields.next().and_then(|kb| kb.parse::<u64>().ok()).unwrap_or(0) * 1024;
+            let slot = if path.ends_with(".cwasm") {
+                &mut breakdown.wasm_code
+            } else if path.starts_with('/') {
+                &mut breakdown.code
+            } else if size >= 1 << 30 {
+                &mut breakdown.wasm_memory
+            } else {
+                &mut breakdown.heap
+            };
+            *slot += rss;
+        }
+    }
+    Ok(breakdown)
+}
+
+/// Polls `VmRSS` of a process every 10 ms and keeps the maximum.
+struct PeakSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl PeakSampler {
+    fn start(pid: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(mem) = proc_mem(pid) {
+                    peak = peak.max(mem.rss);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("sampler thread")
+    }
+}
+
+/// The median `VmRSS` of five samples 400 ms apart.
+fn steady_rss(pid: u32) -> Result<u64> {
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        samples.push(proc_mem(pid)?.rss);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    samples.sort();
+    Ok(samples[2])
+}
+
+fn stop_child(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path` over HTTP/1.1; the status code and body.
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("malformed HTTP response")?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((code, body))
+}
+
+/// `wasmformer run` with one plugin on every Pod.
+struct HostProcess {
+    child: Child,
+    admin: SocketAddr,
+    started: Instant,
+}
+
+impl HostProcess {
+    fn start(work: &Path, kubeconfig: &Path, wasm: &str) -> Result<Self> {
+        let binary = repo_root().join("target/release/wasmformer");
+        ensure!(binary.exists(), "{} is missing: run `cargo build --release -p wasmformer`", binary.display());
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+        let config = work.join("host.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "cluster:\n  kubeconfig: {}\nhost:\n  adminAddress: {admin}\n  watchConfig: false\nplugins:\n  - name: pods\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n",
+                kubeconfig.display()
+            ),
+        )?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(work.join("host.log"))?;
+        let started = Instant::now();
+        let child = Command::new(binary)
+            .arg("--cache-dir")
+            .arg(work.join("components"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start wasmformer run")?;
+        Ok(Self { child, admin, started })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for `/readyz`; the time since the start.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<Duration> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok((200, _)) = http_get(self.admin, "/readyz") {
+                return Ok(self.started.elapsed());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!("wasmformer run exited ({status}) before it was ready");
+            }
+            ensure!(Instant::now() < deadline, "wasmformer run not ready after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The Pod informer's `events`, `relists`, `objects` counters and list strategy, from `/status`.
+    fn informer(&self) -> Result<(u64, u64, u64, String)> {
+        let (_, body) = http_get(self.admin, "/status")?;
+        let status: Value = serde_json::from_str(&body).context("parse /status")?;
+        let text = status["informers"][0]["status"].as_str().context("no informer in /status")?.to_owned();
+        let number = |field: &str| -> u64 {
+            text.split_once(&format!("{field}: ")).and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
+        };
+        let strategy = text.split_once("list_strategy: ").map_or("?", |(_, rest)| rest.split([',', ' ', '}']).next().unwrap_or("?"));
+        Ok((number("events"), number("relists"), number("objects"), strategy.to_owned()))
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        stop_child(&mut self.child);
+    }
+}
+
+/// What the client-go informer printed so far.
+#[derive(Default)]
+struct GoState {
+    adds: usize,
+    updates: usize,
+    synced: bool,
+    /// `rssBytes`, `objects`, `heapInuseBytes` of its last stats line.
+    stats: Option<(u64, usize, u64)>,
+    /// Event lines with the instant they were read, while recording.
+    recorded: Option<Vec<(Instant, String)>>,
+}
+
+/// The client-go informer program on every Pod.
+struct GoInformer {
+    child: Child,
+    state: Arc<Mutex<GoState>>,
+    started: Instant,
+}
+
+impl GoInformer {
+    fn start(kubeconfig: &Path, record: bool) -> Result<Self> {
+        let started = Instant::now();
+        let mut child = Command::new(harness_binaries().join("informer"))
+            .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--resource", "pods", "--stats-every", "1s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start the client-go informer")?;
+        let state = Arc::new(Mutex::new(GoState { recorded: record.then(Vec::new), ..GoState::default() }));
+        let (stdout, shared) = (child.stdout.take().unwrap(), state.clone());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let read_at = Instant::now();
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                let mut state = shared.lock().unwrap();
+                match v["event"].as_str() {
+                    Some("add") => state.adds += 1,
+                    Some("update") => state.updates += 1,
+                    Some("synced") => state.synced = true,
+                    Some("stats") => {
+                        let n = |f: &str| v[f].as_u64().unwrap_or(0);
+                        state.stats = Some((n("rssBytes"), n("objects") as usize, n("heapInuseBytes")));
+                        continue;
+                    }
+                    _ => {}
+                }
+                if let Some(recorded) = &mut state.recorded {
+                    recorded.push((read_at, line));
+                }
+            }
+        });
+        Ok(Self { child, state, started })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&GoState) -> T) -> T {
+        f(&self.state.lock().unwrap())
+    }
+
+    /// Waits until `done` holds of what it printed; the time since its start.
+    fn wait(&mut self, what: &str, timeout: Duration, done: impl Fn(&GoState) -> bool) -> Result<Duration> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.with(&done) {
+                return Ok(self.started.elapsed());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the client-go informer exited ({status}) while waiting for {what}");
+            }
+            ensure!(Instant::now() < deadline, "the client-go informer: no {what} after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for GoInformer {
+    fn drop(&mut self) {
+        stop_child(&mut self.child);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The in-process runtime with three plugins
+
+/// Plugin log lines with the instant the host logged them, while recording.
+#[derive(Default)]
+struct Probe {
+    recording: AtomicBool,
+    lines: Mutex<Vec<(Arc<str>, Instant, String)>>,
+}
+
+impl Probe {
+    fn observer(self: &Arc<Self>) -> LogObserver {
+        let probe = self.clone();
+        Arc::new(move |line: &LogLine| {
+            if probe.recording.load(Ordering::Relaxed) {
+                let at = Instant::now();
+                probe.lines.lock().unwrap().push((line.plugin.clone(), at, line.message.clone()));
+            }
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+}
+
+const PLUGINS: [&str; 3] = ["first", "second", "third"];
+
+/// Starts the three-plugin runtime on `host_rt`, with its own client; waits until synced.
+fn start_runtime(host_rt: &tokio::runtime::Runtime, server: &Arc<KubeApiserver>, probe: &Arc<Probe>, cache: &Path) -> Result<(Arc<Runtime>, Duration)> {
+    let yaml: String = PLUGINS
+        .iter()
+        .map(|name| format!("  - name: {name}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n", guests::RECORDER))
+        .collect();
+    let config = HostConfig::parse(&format!("host:\n  watchConfig: false\nplugins:\n{yaml}"), "/".into()).map_err(|p| anyhow::anyhow!("{p:?}"))?;
+    let engine = Arc::new(PluginEngine::new(Some(cache.to_owned())).map_err(|e| anyhow::anyhow!("engine: {e}"))?);
+    let options = RuntimeOptions { log_observer: Some(probe.observer()), ..RuntimeOptions::default() };
+    let server = server.clone();
+    host_rt.block_on(async move {
+        let started = Instant::now();
+        let runtime = Runtime::start(config, server.admin().await, engine, options).await;
+        ensure!(runtime.wait_synced(Duration::from_secs(1800)).await, "the runtime did not sync: {:#?}", runtime.statuses().await);
+        Ok((runtime, started.elapsed()))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// p50 and p99 of `values`.
+fn p50_p99(mut values: Vec<Duration>) -> (Duration, Duration) {
+    values.sort();
+    (percentile(&values, 0.5), percentile(&values, 0.99))
+}
+
+fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 { format!("{ms:.2} ms") } else { format!("{ms:.0} ms") }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / MIB)
+}
+
+fn kib(bytes: f64) -> String {
+    format!("{:.1} KiB", bytes / 1024.0)
+}
+
+/// The live-stream results.
+struct Live {
+    pods: usize,
+    writes: Duration,
+    create_latency: (Duration, Duration),
+    ours: Stream,
+    theirs: Stream,
+}
+
+/// One client's view of the live stream.
+struct Stream {
+    /// Events handled (per plugin for wasmformer).
+    events: usize,
+    /// From the first request sent to the last event handled.
+    span: Duration,
+    add: (Duration, Duration),
+    update: (Duration, Duration),
+}
+
+/// Latencies of add and update deliveries: for each Pod the latest of `seen` (one entry per
+/// handler that must have seen it) minus the send instant.
+fn stream(times: &[PodTimes], first: usize, seen: impl Iterator<Item = (Instant, String)>, handlers: usize) -> Stream {
+    let mut adds: HashMap<usize, (usize, Instant)> = HashMap::new();
+    let mut updates: HashMap<usize, (usize, Instant)> = HashMap::new();
+    let start = times.iter().map(|t| t.create_sent).min().expect("pods were created");
+    let mut last = start;
+    let mut events = 0;
+    for (at, line) in seen {
+        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        let Some(i) = v["name"].as_str().and_then(index_of) else { continue };
+        let slot = match v["event"].as_str() {
+            Some("add") => adds.entry(i),
+            Some("update") => updates.entry(i),
+            _ => continue,
+        };
+        let entry = slot.or_insert((0, at));
+        entry.0 += 1;
+        entry.1 = entry.1.max(at);
+        last = last.max(at);
+        events += 1;
+    }
+    let latencies = |seen: &HashMap<usize, (usize, Instant)>, sent: fn(&PodTimes) -> Instant| {
+        let v = seen
+            .iter()
+            .filter(|(i, (n, _))| **i >= first && *i - first < times.len() && *n >= handlers)
+            .map(|(i, (_, at))| at.saturating_duration_since(sent(&times[i - first])))
+            .collect();
+        p50_p99(v)
+    };
+    Stream {
+        events: events / handlers,
+        span: last - start,
+        add: latencies(&adds, |t| t.create_sent),
+        update: latencies(&updates, |t| t.status_sent),
+    }
+}
+
+/// Memory of both clients with `pods` Pods cached, and through a relist.
+struct MemRow {
+    pods: usize,
+    host_sync: Duration,
+    host: u64,
+    host_mem: ProcMem,
+    breakdown: Breakdown,
+    go_sync: Duration,
+    go: u64,
+    go_heap: u64,
+    relist: Option<Relist>,
+    strategy: String,
+}
+
+struct Relist {
+    host_peak: u64,
+    go_peak: u64,
+    host_done: Option<Duration>,
+    go_done: Option<Duration>,
+    server_restart: Duration,
+}
+
+struct Bench {
+    options: Options,
+    work: tempfile::TempDir,
+    server: Arc<KubeApiserver>,
+    client_rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    factory: Arc<PodFactory>,
+    created: usize,
+    /// Pods per second of the creations so far (create + status patch each).
+    create_rate: Option<f64>,
+    notes: Vec<String>,
+}
+
+impl Bench {
+    fn kubeconfig(&self) -> PathBuf {
+        self.server.kubeconfig("admin")
+    }
+
+    fn create_up_to(&mut self, target: usize) -> Result<Vec<PodTimes>> {
+        let started = Instant::now();
+        let (client, factory, range, concurrency) = (self.client.clone(), self.factory.clone(), self.created..target, self.options.concurrency);
+        let times = self.client_rt.block_on(async move { create_pods(&client, &factory, range, concurrency).await })?;
+        let rate = times.len() as f64 / started.elapsed().as_secs_f64();
+        eprintln!("created {} Pods (up to {target}) in {:.0} s: {rate:.0} Pods/s", times.len(), started.elapsed().as_secs_f64());
+        self.create_rate = Some(rate);
+        self.created = target;
+        Ok(times)
+    }
+
+    fn live(&mut self, pods: usize) -> Result<Live> {
+        let host_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let probe = Arc::new(Probe::default());
+        let (runtime, _) = start_runtime(&host_rt, &self.server, &probe, &self.work.path().join("components"))?;
+        let mut go = GoInformer::start(&self.kubeconfig(), true)?;
+        go.wait("synced", Duration::from_secs(120), |s| s.synced)?;
+        probe.recording.store(true, Ordering::Relaxed);
+        eprintln!("live stream: creating {pods} Pods while three plugins and client-go watch");
+        let first = self.created;
+        let times = self.create_up_to(first + pods)?;
+        let writes = times.iter().map(|t| t.status_done).max().unwrap() - times.iter().map(|t| t.create_sent).min().unwrap();
+        let expected = 2 * pods;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while probe.count() < PLUGINS.len() * expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        go.wait("every live event", Duration::from_secs(300), |s| s.adds >= pods && s.updates >= pods)?;
+        probe.recording.store(false, Ordering::Relaxed);
+        let lines = std::mem::take(&mut *probe.lines.lock().unwrap());
+        let ours = stream(&times, first, lines.into_iter().map(|(_, at, line)| (at, line)), PLUGINS.len());
+        let recorded = go.state.lock().unwrap().recorded.take().unwrap_or_default();
+        let theirs = stream(&times, first, recorded.into_iter(), 1);
+        let create_latency = p50_p99(times.iter().map(|t| t.create_done - t.create_sent).collect());
+        host_rt.block_on(runtime.shutdown());
+        drop(runtime);
+        host_rt.shutdown_timeout(Duration::from_secs(10));
+        Ok(Live { pods, writes, create_latency, ours, theirs })
+    }
+
+    /// Both clients started against the current Pods; memory once synced, then through a relist.
+    fn memory(&mut self, relist: bool) -> Result<MemRow> {
+        let pods = self.created;
+        let timeout = Duration::from_secs(1800);
+        let mut host = HostProcess::start(self.work.path(), &self.kubeconfig(), guests::BENCH_EMPTY)?;
+        let host_sync = host.wait_ready(timeout)?;
+        let mut go = GoInformer::start(&self.kubeconfig(), false)?;
+        let go_sync = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
+        eprintln!("{pods} Pods: wasmformer ready after {:.1} s, client-go after {:.1} s", host_sync.as_secs_f64(), go_sync.as_secs_f64());
+        std::thread::sleep(self.options.settle);
+        go.wait("stats", Duration::from_secs(30), |s| s.stats.is_some_and(|(_, objects, _)| objects == pods))?;
+        let (host_rss, go_rss) = (steady_rss(host.pid())?, steady_rss(go.pid())?);
+        let (host_mem, breakdown) = (proc_mem(host.pid())?, smaps_breakdown(host.pid())?);
+        let go_heap = go.with(|s| s.stats.map_or(0, |(_, _, heap)| heap));
+        let (events, _, objects, strategy) = host.informer()?;
+        ensure!(objects as usize == pods, "the host caches {objects} Pods, expected {pods}");
+        eprintln!("{pods} Pods: wasmformer {} (list strategy {strategy}), client-go {}", mib(host_rss), mib(go_rss));
+        let relist = if relist { Some(self.relist(&mut host, &mut go, events)?) } else { None };
+        Ok(MemRow { pods, host_sync, host: host_rss, host_mem, breakdown, go_sync, go: go_rss, go_heap, relist, strategy })
+    }
+
+    /// Restarts the API server over its data: both clients' watches expire and they relist.
+    fn relist(&mut self, host: &mut HostProcess, go: &mut GoInformer, events_before: u64) -> Result<Relist> {
+        let pods = self.created as u64;
+        let (_, relists_before, _, _) = host.informer()?;
+        let go_updates_before = go.with(|s| s.updates);
+        reset_peak(host.pid())?;
+        reset_peak(go.pid())?;
+        let samplers = (PeakSampler::start(host.pid()), PeakSampler::start(go.pid()));
+        let started = Instant::now();
+        eprintln!("restarting the API server to force a relist");
+        let server = self.server.clone();
+        self.client_rt.block_on(tokio::task::spawn_blocking(move || server.restart_on(None)))?;
+        let server_restart = started.elapsed();
+        let deadline = started + Duration::from_secs(300);
+        let (mut host_done, mut go_done) = (None, None);
+        while (host_done.is_none() || go_done.is_none()) && Instant::now() < deadline {
+            if host_done.is_none()
+                && let Ok((events, relists, _, _)) = host.informer()
+                && relists > relists_before
+                && events >= events_before + pods
+            {
+                host_done = Some(started.elapsed());
+            }
+            if go_done.is_none() && go.with(|s| s.updates >= go_updates_before + pods as usize) {
+                go_done = Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let (host_sampled, go_sampled) = (samplers.0.finish(), samplers.1.finish());
+        let host_peak = proc_mem(host.pid())?.hwm.max(host_sampled);
+        let go_peak = proc_mem(go.pid())?.hwm.max(go_sampled);
+        eprintln!(
+            "relist: wasmformer peak {} ({}), client-go peak {} ({})",
+            mib(host_peak),
+            host_done.map_or("no relist seen".into(), |d| format!("done after {:.1} s", d.as_secs_f64())),
+            mib(go_peak),
+            go_done.map_or("no relist seen".into(), |d| format!("done after {:.1} s", d.as_secs_f64())),
+        );
+        Ok(Relist { host_peak, go_peak, host_done, go_done, server_restart })
+    }
+
+    /// The three-plugin runtime started against every Pod: time until every plugin handled its
+    /// initial adds.
+    fn initial_list(&self) -> Result<Duration> {
+        let host_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let probe = Arc::new(Probe::default());
+        let (runtime, took) = start_runtime(&host_rt, &self.server, &probe, &self.work.path().join("components"))?;
+        host_rt.block_on(runtime.shutdown());
+        drop(runtime);
+        host_rt.shutdown_timeout(Duration::from_secs(10));
+        Ok(took)
+    }
+
+    /// A stored Pod as the host caches it: compact body length and the cache's heap estimate.
+    fn cached_pod_size(&self) -> Result<(usize, usize, usize)> {
+        let (client, namespace) = (self.client.clone(), self.factory.namespace(0).to_owned());
+        let pod: Pod = self.client_rt.block_on(async move { Api::<Pod>::namespaced(client, &namespace).get(&name_of(0)).await })?;
+        let mut value = serde_json::to_value(&pod)?;
+        value["apiVersion"] = "v1".into();
+        value["kind"] = "Pod".into();
+        let full = value.to_string().len();
+        let cached = CachedObject::from_value(value, true, &[])?;
+        Ok((full, cached.body().len(), cached.heap_size()))
+    }
+}
+
+fn main() -> Result<()> {
+    let options = Options::from_args()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    eprintln!("starting the kube-apiserver harness");
+    let server = Arc::new(KubeApiserver::start());
+    let client = client_rt.block_on(server.admin());
+    let namespaces: Vec<String> = (0..options.namespaces).map(|i| format!("bench-{i}")).collect();
+    client_rt.block_on(async {
+        let api: Api<Namespace> = Api::all(client.clone());
+        for name in &namespaces {
+            let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
+            api.create(&PostParams::default(), &ns).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    let mut bench = Bench {
+        factory: Arc::new(PodFactory::new(namespaces)),
+        options,
+        work: tempfile::tempdir()?,
+        server,
+        client_rt,
+        client,
+        created: 0,
+        create_rate: None,
+        notes: Vec::new(),
+    };
+
+    // Warm the compile cache, so every measured host maps its plugin from it alike.
+    HostProcess::start(bench.work.path(), &bench.kubeconfig(), guests::BENCH_EMPTY)?.wait_ready(Duration::from_secs(120))?;
+    let baseline = bench.memory(false)?;
+
+    let counts = bench.options.counts.clone();
+    let live = bench.live(counts[0])?;
+    let mut rows = vec![baseline];
+    for (n, &count) in counts.iter().enumerate() {
+        let mut target = count;
+        if let Some(rate) = bench.create_rate {
+            let estimate = Duration::from_secs_f64(target.saturating_sub(bench.created) as f64 / rate);
+            if estimate > bench.options.create_budget && target > FALLBACK_COUNT && FALLBACK_COUNT > bench.created {
+                bench.notes.push(format!(
+                    "{count} Pods would take about {:.0} s more to create at {rate:.0} Pods/s (budget {} s): measured {FALLBACK_COUNT} instead",
+                    estimate.as_secs_f64(),
+                    bench.options.create_budget.as_secs()
+                ));
+                target = FALLBACK_COUNT;
+            }
+        }
+        if n > 0 {
+            bench.create_up_to(target)?;
+        }
+        rows.push(bench.memory(true)?);
+    }
+    let sync = bench.initial_list()?;
+    let (full, body, heap) = bench.cached_pod_size()?;
+    print_report(&bench, &rows, &live, sync, (full, body, heap));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+
+fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (full, body, heap): (usize, usize, usize)) {
+    let base = &rows[0];
+    let per_pod = |rss: u64, base: u64, pods: usize| (rss as f64 - base as f64) / pods as f64;
+    println!("### Memory: RSS with N realistic Pods cached\n");
+    println!("One plugin (`bench-empty`) on every Pod; managedFields stripped (the default). client-go: the harness's typed SharedInformer, objects as the server sends them (managedFields kept). Per Pod: (RSS − RSS at 0 Pods) / N. Relist peak: max of VmHWM and VmRSS every 10 ms while both relist after an API server restart.\n");
+    println!("| Pods | wasmformer RSS | per Pod | relist peak | peak / steady | client-go RSS | per Pod | relist peak | peak / steady | wasmformer / client-go |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let (pods, ratio) = (row.pods, row.host as f64 / row.go as f64);
+        let (ours, theirs) = if pods == 0 {
+            ("—".to_owned(), "—".to_owned())
+        } else {
+            (kib(per_pod(row.host, base.host, pods)), kib(per_pod(row.go, base.go, pods)))
+        };
+        let peak = |peak: u64, steady: u64, done: Option<Duration>| match done {
+            Some(_) => (mib(peak), format!("{:.2}×", peak as f64 / steady as f64)),
+            None => (format!("{} (no relist seen)", mib(peak)), "—".to_owned()),
+        };
+        let ((hp, hr), (gp, gr)) = match &row.relist {
+            Some(r) => (peak(r.host_peak, row.host, r.host_done), peak(r.go_peak, row.go, r.go_done)),
+            None => (("—".into(), "—".into()), ("—".into(), "—".into())),
+        };
+        println!("| {pods} | {} | {ours} | {hp} | {hr} | {} | {theirs} | {gp} | {gr} | {ratio:.2} |", mib(row.host), mib(row.go));
+    }
+
+    println!("\n### What the wasmformer host's RSS is made of\n");
+    println!("From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: anonymous mappings of ≥ 1 GiB (the plugin instance's linear memory; only touched pages count). Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n");
+    println!("| Pods | RSS | heap | wasm memories | compiled plugin (mapped) | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let b = row.breakdown;
+        let (bodies, estimate) = ((row.pods * body) as u64, (row.pods * heap) as u64);
+        let rest = b.heap as i64 - estimate as i64 - base.breakdown.heap as i64;
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} MiB |",
+            row.pods,
+            mib(row.host_mem.rss),
+            mib(b.heap),
+            mib(b.wasm_memory),
+            mib(b.wasm_code),
+            mib(b.code),
+            mib(bodies),
+            mib(estimate),
+            rest as f64 / MIB
+        );
+    }
+    let last = rows.last().unwrap();
+    println!(
+        "\nclient-go at {} Pods: Go heap in use {} of {} RSS. wasmformer list strategy: {}.",
+        last.pods,
+        mib(last.go_heap),
+        mib(last.go),
+        last.strategy
+    );
+
+    println!("\n### Live stream: throughput and create-to-handler latency ({} Pods)\n", live.pods);
+    println!("Each Pod: a create, then a status patch (the realistic status), {} requests in flight; 2 events per Pod. wasmformer: in-process runtime, three plugin entries (the recorder guest), latency until all three handled the event (seen through the log observer). client-go: the informer program, latency until its JSON line is read from its stdout. Everything (API server, etcd, both clients, the load) shares the 2 cores.\n", bench.options.concurrency);
+    let writes_per_s = 2.0 * live.pods as f64 / live.writes.as_secs_f64();
+    println!(
+        "API server: {writes_per_s:.0} writes/s ({:.0} Pods/s); create request p50 {} / p99 {}.\n",
+        live.pods as f64 / live.writes.as_secs_f64(),
+        ms(live.create_latency.0),
+        ms(live.create_latency.1)
+    );
+    println!("| client | events per handler | events/s per handler | handler calls/s | create → add p50 | p99 | status patch → update p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, s, handlers) in [("wasmformer, 3 plugins", &live.ours, 3), ("client-go informer", &live.theirs, 1)] {
+        let rate = s.events as f64 / s.span.as_secs_f64();
+        println!(
+            "| {name} | {} | {rate:.0} | {:.0} | {} | {} | {} | {} |",
+            s.events,
+            rate * handlers as f64,
+            ms(s.add.0),
+            ms(s.add.1),
+            ms(s.update.0),
+            ms(s.update.1)
+        );
+    }
+
+    println!("\n### Initial list: time until every handler has seen every Pod\n");
+    println!("| client | Pods | time | events/s per handler | handler calls/s |");
+    println!("|---|---:|---:|---:|---:|");
+    let line = |name: &str, pods: usize, took: Duration, handlers: usize| {
+        let rate = pods as f64 / took.as_secs_f64();
+        println!("| {name} | {pods} | {:.1} s | {rate:.0} | {:.0} |", took.as_secs_f64(), rate * handlers as f64);
+    };
+    for row in &rows[1..] {
+        line("wasmformer run, 1 plugin (process start to /readyz)", row.pods, row.host_sync, 1);
+        line("client-go informer (process start to last add line)", row.pods, row.go_sync, 1);
+    }
+    line("wasmformer in-process, 3 plugins", last.pods, sync, 3);
+
+    println!("\n### Goals\n");
+    println!("| goal | measured | met |\n|---|---|---|");
+    for row in &rows[1..] {
+        let ratio = row.host as f64 / row.go as f64;
+        println!("| RSS ≤ 1/3 of client-go at {} Pods | {ratio:.2} | {} |", row.pods, if ratio <= 1.0 / 3.0 { "yes" } else { "no" });
+        if let Some(r) = &row.relist {
+            match r.host_done {
+                Some(_) => {
+                    let peak = r.host_peak as f64 / row.host as f64;
+                    println!("| relist peak ≤ 1.5× steady at {} Pods | {peak:.2}× | {} |", row.pods, if peak <= 1.5 { "yes" } else { "no" });
+                }
+                None => println!("| relist peak ≤ 1.5× steady at {} Pods | no relist seen | not measured |", row.pods),
+            }
+        }
+    }
+    for row in &rows[1..] {
+        if let Some(r) = &row.relist {
+            println!(
+                "\nRelist at {} Pods: API server restart took {:.1} s; wasmformer relisted after {}, client-go after {} (from the restart's start).",
+                row.pods,
+                r.server_restart.as_secs_f64(),
+                r.host_done.map_or("— (not seen)".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+                r.go_done.map_or("— (not seen)".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            );
+        }
+    }
+    if let Some(rate) = bench.create_rate {
+        println!("\nCreation rate of the last batch: {rate:.0} Pods/s (create + status patch, {} in flight).", bench.options.concurrency);
+    }
+    for note in &bench.notes {
+        println!("\nNote: {note}.");
+    }
+}
