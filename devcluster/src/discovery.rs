@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use crate::resources::{Registry, ResourceType};
 
-/// The Kubernetes version the dev cluster reports.
+/// The Kubernetes version the dev cluster serves and, unless
+/// [`Faults::report_version`](crate::Faults::report_version) says otherwise, reports.
 pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
 
 const VERBS: &[&str] = &[
@@ -21,9 +22,8 @@ const VERBS: &[&str] = &[
     "watch",
 ];
 
-/// `/version`.
-pub(crate) fn version() -> Value {
-    let (major, minor) = KUBERNETES_VERSION;
+/// `/version`, reporting `major.minor`.
+pub(crate) fn version(major: &str, minor: &str) -> Value {
     json!({
         "major": major,
         "minor": minor,
@@ -162,6 +162,16 @@ mod tests {
         assert!(entries.iter().any(|e| e["name"] == "pods/status"));
         let nodes = entries.iter().find(|e| e["name"] == "nodes").unwrap();
         assert_eq!(nodes["namespaced"], false);
+    }
+
+    #[test]
+    fn version_reports_the_given_major_and_minor() {
+        let version = version("1", "31");
+        assert_eq!(
+            (version["major"].as_str(), version["minor"].as_str()),
+            (Some("1"), Some("31"))
+        );
+        assert_eq!(version["gitVersion"], "v1.31.0-wasmformer-dev");
     }
 
     #[test]

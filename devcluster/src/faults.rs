@@ -1,15 +1,19 @@
 //! Fault injection: close every open watch, compact the history (older watches and continue
-//! tokens get 410), fail or delay the next N matching requests, and pause the server. Tests use
-//! the [`Faults`] handle; `wasmformer dev` users use the `/wasmformer-dev/faults/...` endpoints.
+//! tokens get 410), fail, delay or strip parameters from the next N matching requests, report
+//! another Kubernetes version, and pause the server. Tests use the [`Faults`] handle;
+//! `wasmformer dev` users use the `/wasmformer-dev/faults/...` endpoints.
 
 use std::{
+    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
+use serde_json::json;
 use tokio::sync::watch;
 
 use crate::{
+    discovery::KUBERNETES_VERSION,
     request_log::{RequestRecord, Verb},
     status::ApiStatus,
     store::Store,
@@ -25,6 +29,22 @@ pub enum Failure {
         /// The `Retry-After` value in seconds.
         retry_after_seconds: u64,
     },
+    /// 403 Forbidden, worded as RBAC denies the request to `user`: `pods is forbidden: User
+    /// "system:serviceaccount:ops:app" cannot list resource "pods" in API group "" in the
+    /// namespace "prod"`.
+    Forbidden {
+        /// The user the message names.
+        user: &'static str,
+    },
+    /// 422 Invalid, as the validation of request options refuses a parameter, for example
+    /// `sendInitialEvents` on a server whose `WatchList` feature gate is off.
+    Invalid {
+        /// The refused parameter (`sendInitialEvents`).
+        field: &'static str,
+        /// Why (`sendInitialEvents is forbidden for watch unless the WatchList feature gate is
+        /// enabled`).
+        detail: &'static str,
+    },
 }
 
 impl Failure {
@@ -39,7 +59,7 @@ impl Failure {
         }
     }
 
-    fn status(self) -> ApiStatus {
+    fn status(self, record: &RequestRecord) -> ApiStatus {
         match self {
             Self::InternalError => {
                 ApiStatus::internal("injected failure (wasmformer dev cluster fault injection)")
@@ -47,7 +67,55 @@ impl Failure {
             Self::TooManyRequests {
                 retry_after_seconds,
             } => ApiStatus::too_many_requests(retry_after_seconds),
+            Self::Forbidden { user } => forbidden(record, user),
+            Self::Invalid { field, detail } => {
+                let kind = if record.verb == Verb::Watch {
+                    "WatchOptions"
+                } else {
+                    "ListOptions"
+                };
+                ApiStatus::invalid_options(kind, field, detail)
+            }
         }
+    }
+}
+
+/// The API server's answer when RBAC denies `record` to `user`.
+fn forbidden(record: &RequestRecord, user: &str) -> ApiStatus {
+    let Some(qualified) = record.resource.as_deref() else {
+        let verb = record.method.to_lowercase();
+        let message = format!(
+            "forbidden: User {user:?} cannot {verb} path {:?}",
+            record.path
+        );
+        return ApiStatus::new(403, "Forbidden", message);
+    };
+    let (resource, group) = qualified.split_once('.').unwrap_or((qualified, ""));
+    let resource = match &record.subresource {
+        Some(subresource) => format!("{resource}/{subresource}"),
+        None => resource.to_owned(),
+    };
+    let verb = record.verb.name();
+    let scope = match &record.namespace {
+        Some(namespace) => format!("in the namespace {namespace:?}"),
+        None => "at the cluster scope".to_owned(),
+    };
+    let denial =
+        format!("User {user:?} cannot {verb} resource {resource:?} in API group {group:?} {scope}");
+    let mut details = json!({"kind": resource});
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    let message = match &record.name {
+        Some(name) => {
+            details["name"] = json!(name);
+            format!("{qualified} {name:?} is forbidden: {denial}")
+        }
+        None => format!("{qualified} is forbidden: {denial}"),
+    };
+    ApiStatus {
+        details: Some(details),
+        ..ApiStatus::new(403, "Forbidden", message)
     }
 }
 
@@ -58,6 +126,9 @@ pub struct RequestFilter {
     pub verb: Option<Verb>,
     /// Only this resource (`pods`, `deployments.apps`).
     pub resource: Option<String>,
+    /// Only requests with these query parameters (decoded values, as the request log shows
+    /// them: `sendInitialEvents` = `true`).
+    pub params: BTreeMap<String, String>,
 }
 
 impl RequestFilter {
@@ -75,12 +146,23 @@ impl RequestFilter {
         self
     }
 
+    /// Matches requests whose query parameter `key` is `value`.
+    #[must_use]
+    pub fn param(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.params.insert(key.into(), value.into());
+        self
+    }
+
     fn matches(&self, record: &RequestRecord) -> bool {
         self.verb.is_none_or(|v| v == record.verb)
             && self
                 .resource
                 .as_ref()
                 .is_none_or(|r| record.resource.as_ref() == Some(r))
+            && self
+                .params
+                .iter()
+                .all(|(key, value)| record.param(key) == Some(value))
     }
 }
 
@@ -88,6 +170,14 @@ impl RequestFilter {
 enum Action {
     Fail(Failure),
     Delay(Duration),
+    IgnoreParams(Vec<String>),
+}
+
+/// What [`Faults::gate`] lets through to be served.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    /// Query parameters to serve the request without.
+    pub ignored_params: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +199,8 @@ struct Inner {
     close: watch::Sender<u64>,
     paused: watch::Sender<bool>,
     rules: Mutex<Vec<Rule>>,
+    /// `(major, minor)` for `/version` instead of [`KUBERNETES_VERSION`].
+    reported_version: Mutex<Option<(String, String)>>,
     stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -120,6 +212,7 @@ impl Faults {
                 close: watch::channel(0).0,
                 paused: watch::channel(false).0,
                 rules: Mutex::new(Vec::new()),
+                reported_version: Mutex::new(None),
                 stopping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
@@ -155,6 +248,28 @@ impl Faults {
         self.add(filter, count, Action::Delay(delay));
     }
 
+    /// Serves the next `count` requests that match `filter` as if their query parameters
+    /// `params` were absent, as a server (or proxy) that predates those parameters does. The
+    /// request log still shows them.
+    pub fn ignore_params_matching(&self, filter: RequestFilter, count: u32, params: &[&str]) {
+        let params = params.iter().map(|p| (*p).to_owned()).collect();
+        self.add(filter, count, Action::IgnoreParams(params));
+    }
+
+    /// Makes `/version` report `major.minor` (`"1"`, `"31"`) until [`Faults::clear`]: to clients
+    /// that choose by version, a server of that version. What is served does not change.
+    pub fn report_version(&self, major: impl Into<String>, minor: impl Into<String>) {
+        *self.version_guard() = Some((major.into(), minor.into()));
+    }
+
+    /// The `(major, minor)` version `/version` reports.
+    pub fn reported_version(&self) -> (String, String) {
+        self.version_guard().clone().unwrap_or_else(|| {
+            let (major, minor) = KUBERNETES_VERSION;
+            (major.to_owned(), minor.to_owned())
+        })
+    }
+
     /// Holds every new API request until [`Faults::resume`]. Open watches keep streaming.
     pub fn pause(&self) {
         self.inner.paused.send_replace(true);
@@ -170,14 +285,22 @@ impl Faults {
         *self.inner.paused.borrow()
     }
 
-    /// Forgets pending fail/delay rules and resumes.
+    /// Forgets pending fail/delay/ignore rules and a reported version, and resumes.
     pub fn clear(&self) {
         self.rules().clear();
+        *self.version_guard() = None;
         self.resume();
     }
 
     fn rules(&self) -> std::sync::MutexGuard<'_, Vec<Rule>> {
         self.inner.rules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn version_guard(&self) -> std::sync::MutexGuard<'_, Option<(String, String)>> {
+        self.inner
+            .reported_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn add(&self, filter: RequestFilter, count: u32, action: Action) {
@@ -224,8 +347,8 @@ impl Faults {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Applies pause, delay and failure to a request before it is served.
-    pub(crate) async fn gate(&self, record: &RequestRecord) -> Result<(), ApiStatus> {
+    /// Applies pause, delay, failure and ignored parameters to a request before it is served.
+    pub(crate) async fn gate(&self, record: &RequestRecord) -> Result<Admission, ApiStatus> {
         let mut paused = self.inner.paused.subscribe();
         // The sender lives as long as `self`, so this only returns once resumed.
         let _ = paused.wait_for(|p| !p).await;
@@ -238,16 +361,25 @@ impl Faults {
         }
         let delay = self.take(record, |a| match a {
             Action::Delay(d) => Some(*d),
-            Action::Fail(_) => None,
+            _ => None,
         });
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
         let failure = self.take(record, |a| match a {
             Action::Fail(f) => Some(*f),
-            Action::Delay(_) => None,
+            _ => None,
         });
-        failure.map_or(Ok(()), |f| Err(f.status()))
+        if let Some(failure) = failure {
+            return Err(failure.status(record));
+        }
+        let ignored_params = self
+            .take(record, |a| match a {
+                Action::IgnoreParams(params) => Some(params.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(Admission { ignored_params })
     }
 }
 
@@ -268,7 +400,13 @@ mod tests {
             name: None,
             subresource: None,
             query: BTreeMap::new(),
+            accept: None,
         }
+    }
+
+    fn with_param(mut record: RequestRecord, key: &str, value: &str) -> RequestRecord {
+        record.query.insert(key.into(), value.into());
+        record
     }
 
     #[tokio::test]
@@ -339,5 +477,157 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn forbidden_is_worded_like_an_rbac_denial_of_the_request() {
+        let faults = Faults::new(Store::new(10));
+        let user = "system:serviceaccount:ops:app";
+        faults.fail_next(3, Failure::Forbidden { user });
+        let mut list = record(Verb::List, "pods");
+        list.namespace = Some("prod".into());
+        let status = faults.gate(&list).await.unwrap_err();
+        assert_eq!((status.code, status.reason), (403, "Forbidden"));
+        assert_eq!(
+            status.message,
+            r#"pods is forbidden: User "system:serviceaccount:ops:app" cannot list resource "pods" in API group "" in the namespace "prod""#
+        );
+        let mut get = record(Verb::Get, "deployments.apps");
+        get.name = Some("web".into());
+        get.subresource = Some("scale".into());
+        let status = faults.gate(&get).await.unwrap_err();
+        assert_eq!(
+            status.message,
+            r#"deployments.apps "web" is forbidden: User "system:serviceaccount:ops:app" cannot get resource "deployments/scale" in API group "apps" at the cluster scope"#
+        );
+        assert_eq!(
+            status.details,
+            Some(json!({"kind": "deployments/scale", "group": "apps", "name": "web"}))
+        );
+        let mut version = record(Verb::Discovery, "");
+        version.resource = None;
+        version.path = "/version".into();
+        let status = faults.gate(&version).await.unwrap_err();
+        assert_eq!(
+            status.message,
+            r#"forbidden: User "system:serviceaccount:ops:app" cannot get path "/version""#
+        );
+    }
+
+    #[tokio::test]
+    async fn filters_on_query_parameters_and_refuses_them_as_invalid() {
+        let faults = Faults::new(Store::new(10));
+        let detail =
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled";
+        faults.fail_next_matching(
+            RequestFilter::default()
+                .verb(Verb::Watch)
+                .param("sendInitialEvents", "true"),
+            1,
+            Failure::Invalid {
+                field: "sendInitialEvents",
+                detail,
+            },
+        );
+        assert!(faults.gate(&record(Verb::Watch, "pods")).await.is_ok());
+        let other_value = with_param(record(Verb::Watch, "pods"), "sendInitialEvents", "false");
+        assert!(faults.gate(&other_value).await.is_ok());
+        let streaming = with_param(record(Verb::Watch, "pods"), "sendInitialEvents", "true");
+        let status = faults.gate(&streaming).await.unwrap_err();
+        assert_eq!((status.code, status.reason), (422, "Invalid"));
+        assert_eq!(
+            status.message,
+            format!("WatchOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: {detail}")
+        );
+        assert!(faults.gate(&streaming).await.is_ok(), "used up");
+    }
+
+    #[tokio::test]
+    async fn ignored_parameters_are_handed_out_to_matching_requests_only() {
+        let faults = Faults::new(Store::new(10));
+        faults.ignore_params_matching(
+            RequestFilter::default().verb(Verb::Watch),
+            1,
+            &["sendInitialEvents", "resourceVersionMatch"],
+        );
+        let list = faults.gate(&record(Verb::List, "pods")).await.unwrap();
+        assert!(list.ignored_params.is_empty());
+        let watch = faults.gate(&record(Verb::Watch, "pods")).await.unwrap();
+        assert_eq!(
+            watch.ignored_params,
+            ["sendInitialEvents", "resourceVersionMatch"]
+        );
+        let again = faults.gate(&record(Verb::Watch, "pods")).await.unwrap();
+        assert!(again.ignored_params.is_empty(), "used up");
+    }
+
+    #[test]
+    fn a_reported_version_lasts_until_cleared() {
+        let faults = Faults::new(Store::new(10));
+        let default = || {
+            (
+                KUBERNETES_VERSION.0.to_owned(),
+                KUBERNETES_VERSION.1.to_owned(),
+            )
+        };
+        assert_eq!(faults.reported_version(), default());
+        faults.report_version("1", "31");
+        assert_eq!(faults.reported_version(), ("1".to_owned(), "31".to_owned()));
+        faults.clear();
+        assert_eq!(faults.reported_version(), default());
+    }
+
+    /// The faults above, through the HTTP server and a kube client.
+    #[tokio::test]
+    async fn a_kube_client_sees_the_reported_version_ignored_parameters_and_denials() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::{Api, ListParams};
+
+        let dev = crate::DevCluster::start(crate::DevClusterConfig::default())
+            .await
+            .unwrap();
+        let client = dev.client().unwrap();
+        dev.faults().report_version("1", "31");
+        assert_eq!(client.apiserver_version().await.unwrap().minor, "31");
+
+        for name in ["a", "b"] {
+            let labels = json!({"app": name});
+            dev.store()
+                .create_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "default", "labels": labels}}))
+                .unwrap();
+        }
+        let configmaps: Api<ConfigMap> = Api::namespaced(client, "default");
+        let only_a = ListParams::default().labels("app=a");
+        dev.faults().ignore_params_matching(
+            RequestFilter::default().resource("configmaps"),
+            1,
+            &["labelSelector"],
+        );
+        assert_eq!(configmaps.list(&only_a).await.unwrap().items.len(), 2);
+        assert_eq!(configmaps.list(&only_a).await.unwrap().items.len(), 1);
+        let seen = dev.request_log().records();
+        assert!(
+            seen.iter()
+                .filter(|r| r.is(Verb::List, "configmaps"))
+                .all(|r| r.param("labelSelector") == Some("app=a")),
+            "the log shows what was sent: {seen:?}"
+        );
+
+        dev.faults().fail_next_matching(
+            RequestFilter::default().resource("configmaps"),
+            1,
+            Failure::Forbidden { user: "jane" },
+        );
+        let Err(kube::Error::Api(status)) = configmaps.list(&ListParams::default()).await else {
+            panic!("the list was not refused");
+        };
+        assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+        assert!(
+            status
+                .message
+                .starts_with(r#"configmaps is forbidden: User "jane" cannot list"#)
+        );
+        dev.shutdown().await.unwrap();
     }
 }

@@ -92,6 +92,11 @@ fn record_of(parts: &Parts, route: &Route, query: &Query) -> RequestRecord {
         name: path.and_then(|p| p.name.clone()),
         subresource: path.and_then(|p| p.subresource.clone()),
         query: query.pairs().clone(),
+        accept: parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from),
     }
 }
 
@@ -107,12 +112,19 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
     }
     let record = app.log.record(record_of(&parts, &route, &query));
     tracing::debug!(request.seq = record.seq, request.verb = ?record.verb, request.path = %record.path, "api request");
-    if let Err(status) = app.faults.gate(&record).await {
-        return status.into_response();
-    }
+    let query = match app.faults.gate(&record).await {
+        Ok(admission) => query.without(&admission.ignored_params),
+        Err(status) => return status.into_response(),
+    };
     let registry = app.store.registry();
     let result = match route {
-        Route::Version => Ok(json_response(StatusCode::OK, &discovery::version())),
+        Route::Version => {
+            let (major, minor) = app.faults.reported_version();
+            Ok(json_response(
+                StatusCode::OK,
+                &discovery::version(&major, &minor),
+            ))
+        }
         Route::Health => Ok("ok".into_response()),
         Route::OpenApi | Route::Unknown | Route::Control(_) => Err(ApiStatus::unknown_path()),
         Route::CoreVersions => Ok(json_response(

@@ -52,6 +52,22 @@ impl Verb {
             _ => return None,
         })
     }
+
+    /// The lower-case name (`list`, `watch`, `deletecollection`), as RBAC and URLs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::DeleteCollection => "deletecollection",
+            Self::Discovery => "discovery",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// One received request.
@@ -75,6 +91,9 @@ pub struct RequestRecord {
     pub subresource: Option<String>,
     /// Decoded query parameters (`labelSelector`, `resourceVersion`, `continue`...).
     pub query: BTreeMap<String, String>,
+    /// The `Accept` header, which picks the representation (`application/json`, a `Table`,
+    /// `PartialObjectMetadata`).
+    pub accept: Option<String>,
 }
 
 impl RequestRecord {
@@ -211,6 +230,14 @@ mod tests {
             name: None,
             subresource: None,
             query: BTreeMap::from([("labelSelector".to_string(), "a=b".to_string())]),
+            accept: None,
+        }
+    }
+
+    #[test]
+    fn verb_names_round_trip() {
+        for verb in [Verb::Get, Verb::List, Verb::Watch, Verb::DeleteCollection] {
+            assert_eq!(Verb::from_name(verb.name()), Some(verb));
         }
     }
 

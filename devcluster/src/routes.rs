@@ -137,6 +137,14 @@ impl Query {
     pub(crate) fn pairs(&self) -> &BTreeMap<String, String> {
         &self.pairs
     }
+
+    /// This query without the parameters `keys`.
+    pub(crate) fn without(mut self, keys: &[String]) -> Self {
+        for key in keys {
+            self.pairs.remove(key);
+        }
+        self
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! handler receives, [`lister`] for typed reads of the host's cache, and [`info!`]-style macros for
 //! logging. Build with `cargo build --release --target wasm32-wasip2`.
 //!
-//! ```ignore
+//! ```text
 //! use wasmformer_guest::{Object, Plugin, Result, info};
 //!
 //! #[derive(Default)]
@@ -85,7 +85,7 @@ pub trait Plugin: Default + 'static {
 
 /// Exports a [`Plugin`] implementation as the component's `handler`.
 ///
-/// ```ignore
+/// ```text
 /// wasmformer_guest::export!(MyPlugin);
 /// ```
 #[macro_export]

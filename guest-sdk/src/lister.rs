@@ -1,6 +1,6 @@
 //! Typed reads of the host's informer cache (never a call to the API server).
 //!
-//! ```ignore
+//! ```text
 //! use wasmformer_guest::k8s_openapi::api::apps::v1::ReplicaSet;
 //! let rs: ReplicaSet = wasmformer_guest::lister::get("default", "web-7d4b9")?;
 //! ```

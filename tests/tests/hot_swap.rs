@@ -492,7 +492,7 @@ async fn a_half_written_wasm_file_is_never_swapped_in_and_the_complete_one_is() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wasm_file_written_while_a_reload_runs_is_loaded_too() {
+async fn a_wasm_file_written_while_a_reload_runs_is_loaded_once_complete() {
     let _serial = TRIGGERS.lock().await;
     let s = setup("racing").await;
     let versions = Versions::new();
@@ -509,18 +509,24 @@ async fn a_wasm_file_written_while_a_reload_runs_is_loaded_too() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     std::fs::copy(versions.path("v2.wasm"), &plugin).unwrap();
     // The watcher notices v2 within 1 s and its reload waits for the call to end (~3.8 s from
-    // now); meanwhile, v3 is written.
+    // now). Meanwhile v3 is being written: its first half now, the rest once the reload is over.
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let v3 = recorder_version("v3");
-    std::fs::write(&plugin, &v3).unwrap();
-    let v3 = sha256(&v3);
-    let swapped = eventually(Duration::from_secs(10), "the call to end and a swap", async || {
+    std::fs::write(&plugin, &v3[..v3.len() / 2]).unwrap();
+    let swapped = eventually(Duration::from_secs(10), "the call to end and v2 to be swapped in", async || {
         let st = status(&runtime, "rec").await;
         (st.swaps > 0).then_some(st)
     })
     .await;
-    assert_eq!(swapped.version, versions.v2, "v3 was written after the reload had read the file, so this proves nothing");
+    std::fs::write(&plugin, &v3).unwrap();
+    assert_eq!(swapped.version, versions.v2, "v3 was written before the reload read the file, so this proves nothing");
+
+    // The watcher saw the file change during the reload, and waited for it to hold still.
+    let v3 = sha256(&v3);
     eventually(Duration::from_secs(10), "v3 to be swapped in", async || (status(&runtime, "rec").await.version == v3).then_some(())).await;
+    let st = status(&runtime, "rec").await;
+    assert_eq!(st.swaps, 2, "{st:?}");
+    assert_eq!(st.last_swap_error, None, "the half-written v3 was tried");
     trigger.abort();
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();

@@ -1,17 +1,29 @@
-//! The factory against an in-process API server (`fake_api`): sharing, lifetime, the list/watch
-//! protocol as kube's watcher drives it, errors and backoff, streaming lists.
+//! The factory against the embedded dev cluster (a real HTTP API server with fault injection and
+//! a request log): sharing, lifetime, the list/watch protocol as kube's watcher drives it, errors
+//! and backoff, streaming lists and the fallbacks from them. Everything runs in real time; every
+//! wait is bounded.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kube::discovery::ApiResource;
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use wasmformer_devcluster::{
+    Deletion, DevCluster, DevClusterConfig, Failure, ObjectKey, Part, Preconditions, RequestFilter, RequestRecord, ResourceId,
+    Verb,
+};
 
 use super::*;
 use crate::cache::IndexSpec;
-use crate::informer::fake_api::{self, Reply, event, initial_events_end, list, pod, status};
 use crate::informer::{Delta, Error, ListStrategy};
+
+/// How long any single expected thing may take before the test fails.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The user the dev cluster's RBAC denials name.
+const USER: &str = "system:serviceaccount:ops:wasmformer";
 
 fn pods() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
@@ -23,6 +35,55 @@ fn configmaps() -> ApiResource {
 
 fn settings(list_strategy: ListStrategy) -> WatchSettings {
     WatchSettings { list_strategy, ..WatchSettings::default() }
+}
+
+/// `future`, or a failure naming `what` after [`WAIT`].
+async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(WAIT, future).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+async fn dev_cluster() -> DevCluster {
+    DevCluster::start(DevClusterConfig::default()).await.unwrap()
+}
+
+fn pod_key(name: &str) -> ObjectKey {
+    ObjectKey::new(ResourceId::core("pods"), Some("default"), name)
+}
+
+fn rv(object: &Value) -> String {
+    object["metadata"]["resourceVersion"].as_str().unwrap().to_owned()
+}
+
+/// Creates pod `name` in `default`, labelled `app`, on `node`; returns its resourceVersion.
+fn create_pod(dev: &DevCluster, name: &str, app: &str, node: &str) -> String {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}});
+    rv(&dev.store().create(&ResourceId::core("pods"), Some("default"), pod).unwrap())
+}
+
+/// Annotates pod `name`; returns its new resourceVersion.
+fn touch_pod(dev: &DevCluster, name: &str) -> String {
+    let touched = dev.store().modify(&pod_key(name), Part::Main, |pod| pod["metadata"]["annotations"] = json!({"touched": "yes"}));
+    rv(&touched.unwrap())
+}
+
+/// Deletes pod `name`; returns the resourceVersion of its deletion.
+fn delete_pod(dev: &DevCluster, name: &str) -> String {
+    match dev.store().delete(&pod_key(name), &Preconditions::default()).unwrap() {
+        Deletion::Deleted(pod) => rv(&pod),
+        Deletion::Finalizing(_) => panic!("{name} has finalizers"),
+    }
+}
+
+/// The requests `verb` on pods so far.
+fn pod_requests(dev: &DevCluster, verb: Verb) -> Vec<RequestRecord> {
+    dev.request_log().records().into_iter().filter(|r| r.is(verb, "pods")).collect()
+}
+
+/// The pod requests that asked for a streaming list.
+fn streaming_requests(dev: &DevCluster) -> Vec<RequestRecord> {
+    pod_requests(dev, Verb::Watch).into_iter().filter(|r| r.param("sendInitialEvents") == Some("true")).collect()
 }
 
 /// Records deltas as `add a@1`, `update c@15`, `delete b@10 unknown`, `synced`.
@@ -51,26 +112,21 @@ impl DeltaSink for Recorder {
 }
 
 impl Recorder {
+    /// Waits for `line`, then returns every line so far.
     async fn wait_for(&self, line: &str) -> Vec<String> {
         let mut pushed = self.pushed.subscribe();
-        pushed.wait_for(|_| self.lines.lock().unwrap().iter().any(|l| l == line)).await.unwrap();
+        let seen = pushed.wait_for(|_| self.lines.lock().unwrap().iter().any(|l| l == line));
+        if tokio::time::timeout(WAIT, seen).await.is_err() {
+            panic!("no {line:?} in {:?}", self.lines.lock().unwrap());
+        }
         self.lines.lock().unwrap().clone()
     }
 }
 
-fn is_watch(target: &str) -> bool {
-    target.contains("watch=true")
-}
-
-/// A server whose lists return nothing and whose watches stay open.
-fn quiet_server() -> (kube::Client, fake_api::RequestLog) {
-    fake_api::client(|target| if is_watch(target) { Reply::Watch(vec![], true) } else { list(vec![], "1") })
-}
-
 #[tokio::test]
 async fn equal_keys_share_one_informer_until_the_last_handle_goes() {
-    let (client, _) = quiet_server();
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let key = InformerKey::new(pods(), true).namespace("default");
     let a = factory.informer(key.clone(), &StoreOptions::default()).unwrap();
     let b = factory.informer(key.clone().labels(" "), &StoreOptions::default()).unwrap();
@@ -89,15 +145,21 @@ async fn equal_keys_share_one_informer_until_the_last_handle_goes() {
     drop(lister);
     assert!(factory.get(&key).is_none(), "stopped with its last handle");
     assert_eq!(factory.statuses().len(), 1);
-    tokio::task::yield_now().await; // let the runtime drop the aborted task
+    // The aborted task, which holds the store, is dropped when the runtime next gets to it.
+    for _ in 0..100 {
+        if store.strong_count() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
     assert!(store.upgrade().is_none(), "its store is freed");
     assert!(factory.store(&key).is_none());
 }
 
 #[tokio::test]
 async fn store_options_of_every_user_are_merged() {
-    let (client, _) = quiet_server();
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let key = InformerKey::new(pods(), true);
     let index = |name: &str, path: &str| IndexSpec { name: name.into(), path: path.parse().unwrap() };
     let first = StoreOptions { indexes: vec![index("by-node", "spec.nodeName")], ..StoreOptions::default() };
@@ -112,214 +174,244 @@ async fn store_options_of_every_user_are_merged() {
 
 #[tokio::test]
 async fn syncs_then_delivers_live_changes_with_selectors_pushed_down() {
-    let (client, log) = fake_api::client(|target| {
-        if is_watch(target) {
-            let mut a = pod("a", "11");
-            a["spec"]["nodeName"] = json!("n2");
-            Reply::Watch(vec![event("MODIFIED", a), event("ADDED", pod("c", "12")), event("DELETED", pod("b", "13"))], true)
-        } else {
-            list(vec![pod("a", "10"), pod("b", "10")], "10")
-        }
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    let a = create_pod(&dev, "a", "web", "n1");
+    let b = create_pod(&dev, "b", "web", "n1");
+    create_pod(&dev, "x", "db", "n1");
+    create_pod(&dev, "y", "web", "n2");
+    let listed_at = dev.store().resource_version().to_string();
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let key = InformerKey::new(pods(), true).namespace("default").labels("app=web").fields("spec.nodeName=n1");
     let recorder = Arc::new(Recorder::default());
-    let _sub = factory.subscribe(key.clone(), &StoreOptions::default(), recorder.clone()).unwrap();
-    let lines = recorder.wait_for("delete b@13").await;
-    assert_eq!(lines, ["add a@10", "add b@10", "synced", "update a@11", "add c@12", "delete b@13"]);
-    let informer = factory.get(&key).unwrap();
-    assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
-    assert_eq!(informer.store().get("default", "a").unwrap().resource_version(), "11");
+    let subscription = factory.subscribe(key.clone(), &StoreOptions::default(), recorder.clone()).unwrap();
+    recorder.wait_for("synced").await;
 
-    let requests = log.all();
-    let list_request = requests.iter().find(|r| !is_watch(r)).unwrap();
-    assert!(list_request.starts_with("GET /api/v1/namespaces/default/pods?"), "{list_request}");
-    for expected in ["labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1", "limit=500"] {
-        assert!(list_request.contains(expected), "{list_request} lacks {expected}");
+    let a_touched = touch_pod(&dev, "a");
+    create_pod(&dev, "x2", "db", "n1");
+    create_pod(&dev, "y2", "web", "n2");
+    let c = create_pod(&dev, "c", "web", "n1");
+    let b_deleted = delete_pod(&dev, "b");
+    let lines = recorder.wait_for(&format!("delete b@{b_deleted}")).await;
+    let expected =
+        [format!("add a@{a}"), format!("add b@{b}"), "synced".into(), format!("update a@{a_touched}"), format!("add c@{c}"), format!("delete b@{b_deleted}")];
+    assert_eq!(lines, expected, "x and y never reach the informer: the server filtered them");
+    let informer = subscription.informer();
+    assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
+    assert_eq!(informer.store().get("default", "a").unwrap().resource_version(), a_touched);
+
+    let lists = pod_requests(&dev, Verb::List);
+    assert_eq!(lists.len(), 1, "{lists:?}");
+    assert_eq!(lists[0].path, "/api/v1/namespaces/default/pods");
+    for (param, value) in [("labelSelector", "app=web"), ("fieldSelector", "spec.nodeName=n1"), ("limit", "500")] {
+        assert_eq!(lists[0].param(param), Some(value), "{param} in {:?}", lists[0]);
     }
-    let watch_request = requests.iter().find(|r| is_watch(r)).unwrap();
-    for expected in ["labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1", "allowWatchBookmarks=true", "resourceVersion=10"] {
-        assert!(watch_request.contains(expected), "{watch_request} lacks {expected}");
+    let watches = pod_requests(&dev, Verb::Watch);
+    assert_eq!(watches.len(), 1, "{watches:?}");
+    assert_eq!(watches[0].path, "/api/v1/namespaces/default/pods");
+    for (param, value) in
+        [("labelSelector", "app=web"), ("fieldSelector", "spec.nodeName=n1"), ("allowWatchBookmarks", "true"), ("resourceVersion", &listed_at)]
+    {
+        assert_eq!(watches[0].param(param), Some(value), "{param} in {:?}", watches[0]);
     }
 }
 
 #[tokio::test]
 async fn a_closed_watch_resumes_from_its_resource_version_without_relisting() {
-    let watches = AtomicUsize::new(0);
-    let (client, log) = fake_api::client(move |target| {
-        if !is_watch(target) {
-            return list(vec![pod("a", "10")], "10");
-        }
-        match watches.fetch_add(1, Ordering::SeqCst) {
-            0 => Reply::Watch(vec![event("ADDED", pod("c", "12"))], false), // closed cleanly
-            // The server repeats the last event on the new watch.
-            _ => Reply::Watch(vec![event("ADDED", pod("c", "12")), event("ADDED", pod("d", "13"))], true),
-        }
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    let a = create_pod(&dev, "a", "web", "n1");
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let recorder = Arc::new(Recorder::default());
     let _sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
-    let lines = recorder.wait_for("add d@13").await;
-    assert_eq!(lines, ["add a@10", "synced", "add c@12", "add d@13"]);
-    assert_eq!(log.count("watch=true"), 2);
-    assert_eq!(log.all().iter().filter(|r| !is_watch(r)).count(), 1, "no relist: {:?}", log.all());
-    assert!(log.all()[2].contains("resourceVersion=12"), "{:?}", log.all());
+    recorder.wait_for("synced").await;
+    let c = create_pod(&dev, "c", "web", "n1");
+    recorder.wait_for(&format!("add c@{c}")).await;
+
+    let log = dev.request_log();
+    let closed_at = log.last_seq();
+    dev.faults().close_watches(); // a clean end of the stream, as at a watch timeout
+    let rewatch = bounded("the re-watch", log.wait_for(closed_at, |r| r.is(Verb::Watch, "pods"))).await;
+    let d = create_pod(&dev, "d", "web", "n1");
+    let lines = recorder.wait_for(&format!("add d@{d}")).await;
+
+    assert_eq!(lines, [format!("add a@{a}"), "synced".into(), format!("add c@{c}"), format!("add d@{d}")]);
+    assert_eq!(rewatch.param("resourceVersion"), Some(c.as_str()), "resumed after the last event seen: {rewatch:?}");
+    assert_eq!(pod_requests(&dev, Verb::Watch).len(), 2);
+    assert_eq!(pod_requests(&dev, Verb::List).len(), 1, "no relist");
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
-    let lists = AtomicUsize::new(0);
-    let (client, log) = fake_api::client(move |target| {
-        if is_watch(target) {
-            return if target.contains("resourceVersion=10&") || target.ends_with("resourceVersion=10") {
-                Reply::Watch(vec![event("ERROR", status(410, "Expired", "too old resource version: 10"))], true)
-            } else {
-                Reply::Watch(vec![], true)
-            };
-        }
-        match lists.fetch_add(1, Ordering::SeqCst) {
-            0 => list(vec![pod("a", "10"), pod("b", "10"), pod("c", "10")], "10"),
-            _ => list(vec![pod("a", "10"), pod("c", "15"), pod("d", "16")], "20"),
-        }
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    let [a, b, c] = ["a", "b", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let recorder = Arc::new(Recorder::default());
     let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
-    let lines = recorder.wait_for("add d@16").await;
-    assert_eq!(lines, ["add a@10", "add b@10", "add c@10", "synced", "delete b@10 unknown", "update c@15", "add d@16"]);
-    assert_eq!(log.all().iter().filter(|r| !is_watch(r)).count(), 2);
+    recorder.wait_for("synced").await;
+
+    // The informer misses b's deletion, c's change and d's creation, and the history that would
+    // replay them is gone by the time its re-watch is served: 410 Gone.
+    let faults = dev.faults();
+    faults.pause();
+    faults.close_watches();
+    delete_pod(&dev, "b");
+    let c_touched = touch_pod(&dev, "c");
+    let d = create_pod(&dev, "d", "web", "n1");
+    faults.compact();
+    faults.resume();
+
+    let lines = recorder.wait_for(&format!("add d@{d}")).await;
+    let expected = [
+        format!("add a@{a}"),
+        format!("add b@{b}"),
+        format!("add c@{c}"),
+        "synced".into(),
+        format!("delete b@{b} unknown"),
+        format!("update c@{c_touched}"),
+        format!("add d@{d}"),
+    ];
+    assert_eq!(lines, expected);
+    assert_eq!(pod_requests(&dev, Verb::List).len(), 2);
     let status = subscription.informer().status();
     assert_eq!((status.relists, status.errors, status.objects), (1, 1, 3));
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_persistent_403_backs_off_exponentially_and_other_informers_keep_working() {
-    let (client, log) = fake_api::client(|target| {
-        if target.contains("/pods") {
-            let message = "pods is forbidden: User \"system:serviceaccount:ops:wasmformer\" cannot list resource \"pods\" in API group \"\" in the namespace \"prod\"";
-            return Reply::Json(403, status(403, "Forbidden", message));
-        }
-        if is_watch(target) { Reply::Watch(vec![], true) } else { list(vec![], "1") }
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    // kube's DefaultBackoff waits 0.8 s doubling to 30 s, and its jitter only adds (up to 100%):
+    // LIST attempts come at ≥ 0, 0.8, 2.4, 5.6 and 12 s, so at most 4 fit in 8 s however slow
+    // the machine. A backoff reset by kube's Init marker would retry within 1.6 s every time (6
+    // or more in 8 s); no backoff at all, hundreds.
+    const WINDOW: Duration = Duration::from_secs(8);
+    let dev = dev_cluster().await;
+    dev.faults().fail_next_matching(RequestFilter::default().resource("pods"), u32::MAX, Failure::Forbidden { user: USER });
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
+    let started = Instant::now();
     let pods_informer = factory.informer(InformerKey::new(pods(), true).namespace("prod"), &StoreOptions::default()).unwrap();
     let configmaps_informer = factory.informer(InformerKey::new(configmaps(), true), &StoreOptions::default()).unwrap();
-    configmaps_informer.wait_synced().await;
+    bounded("the configmaps informer to sync", configmaps_informer.wait_synced()).await;
 
-    tokio::time::sleep(Duration::from_secs(300)).await; // virtual time
-    let attempts = log.count("/pods?");
-    // 0.8 s doubling to 30 s (jitter adds up to 100%): at most ~15 attempts in 5 minutes; a
-    // backoff reset by kube's Init marker would retry every ~1 s (~250 attempts).
-    assert!((4..=16).contains(&attempts), "{attempts} LIST attempts in 300 s");
+    tokio::time::sleep_until(started + WINDOW).await; // watching the retries, not waiting for one
+    let attempts = pod_requests(&dev, Verb::List).len();
     let status = pods_informer.status();
+    assert!((3..=4).contains(&attempts), "{attempts} LIST attempts in {WINDOW:?}");
+    assert!(pod_requests(&dev, Verb::Watch).is_empty());
     assert!(!status.synced);
-    assert_eq!(status.errors as usize, attempts);
+    // The answer to the latest attempt may still be on its way.
+    let errors = status.errors as usize;
+    assert!(errors == attempts || errors + 1 == attempts, "{errors} errors for {attempts} attempts");
     assert_eq!(
         status.last_error.unwrap().message,
-        "forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to system:serviceaccount:ops:wasmformer"
+        format!("forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to {USER}")
     );
     assert!(configmaps_informer.status().errors == 0 && configmaps_informer.has_synced());
 }
 
-fn streaming_server(minor: u32, supports: bool) -> (kube::Client, fake_api::RequestLog) {
-    fake_api::client(move |target| {
-        if target.starts_with("/version") {
-            return fake_api::version(minor);
-        }
-        if target.contains("sendInitialEvents=true") {
-            if !supports {
-                let message = "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled";
-                return Reply::Json(422, status(422, "Invalid", message));
-            }
-            return Reply::Watch(vec![event("ADDED", pod("a", "5")), event("ADDED", pod("b", "6")), initial_events_end("6")], true);
-        }
-        if is_watch(target) { Reply::Watch(vec![], true) } else { list(vec![pod("a", "5")], "5") }
-    })
+#[tokio::test]
+async fn a_server_at_1_34_gets_a_streaming_list() {
+    let dev = dev_cluster().await;
+    create_pod(&dev, "a", "web", "n1");
+    create_pod(&dev, "b", "web", "n1");
+    let client = dev.client().unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "34"), "the dev cluster reports 1.34");
+    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    bounded("the streaming list", informer.wait_synced()).await;
+    assert_eq!(informer.store().len(), 2);
+    assert_eq!(informer.status().list_strategy, Some(ListStrategy::Streaming));
+    assert_eq!(streaming_requests(&dev).len(), 1);
+    assert!(pod_requests(&dev, Verb::List).is_empty(), "{:?}", dev.request_log().records());
 }
 
 #[tokio::test]
-async fn a_server_at_1_34_gets_a_streaming_list() {
-    let (client, log) = streaming_server(34, true);
-    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
-    informer.wait_synced().await;
-    assert_eq!(informer.store().len(), 2);
-    assert_eq!(informer.status().list_strategy, Some(ListStrategy::Streaming));
-    assert_eq!(log.all().iter().filter(|r| r.contains("/pods") && !is_watch(r)).count(), 0, "{:?}", log.all());
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_refused_streaming_list_falls_back_to_list_for_the_whole_factory() {
-    let (client, log) = streaming_server(34, false);
-    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    let dev = dev_cluster().await;
+    create_pod(&dev, "a", "web", "n1");
+    // A 1.34 server with the WatchList feature gate turned off.
+    let refusal = Failure::Invalid {
+        field: "sendInitialEvents",
+        detail: "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+    };
+    let streaming = RequestFilter::default().verb(Verb::Watch).param("sendInitialEvents", "true");
+    dev.faults().fail_next_matching(streaming, u32::MAX, refusal);
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::Auto));
     let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
-    informer.wait_synced().await;
+    bounded("the fallback LIST", informer.wait_synced()).await;
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
     assert_eq!(informer.store().len(), 1);
-    let other = factory.informer(InformerKey::new(pods(), true).namespace("x"), &StoreOptions::default()).unwrap();
-    other.wait_synced().await;
-    assert_eq!(log.count("sendInitialEvents=true"), 1, "{:?}", log.all());
+    let other = factory.informer(InformerKey::new(pods(), true).namespace("default"), &StoreOptions::default()).unwrap();
+    bounded("the second informer", other.wait_synced()).await;
+    assert_eq!(other.status().list_strategy, Some(ListStrategy::List));
+    assert_eq!(streaming_requests(&dev).len(), 1, "{:?}", dev.request_log().records());
+    assert_eq!(pod_requests(&dev, Verb::List).len(), 2);
 }
 
 #[tokio::test]
 async fn an_older_server_gets_list_and_watch() {
-    let (client, log) = streaming_server(31, true);
-    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    let dev = dev_cluster().await;
+    dev.faults().report_version("1", "31");
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::Auto));
     let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
-    informer.wait_synced().await;
+    bounded("the LIST", informer.wait_synced()).await;
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
-    assert_eq!(log.count("sendInitialEvents=true"), 0);
+    assert!(streaming_requests(&dev).is_empty());
+    assert_eq!(pod_requests(&dev, Verb::List).len(), 1);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_server_ignoring_send_initial_events_falls_back_after_the_timeout() {
-    // Claims 1.34 but never marks the end of the initial events.
-    let (client, log) = fake_api::client(|target| {
-        if target.starts_with("/version") {
-            return fake_api::version(34);
-        }
-        if is_watch(target) {
-            return Reply::Watch(vec![event("ADDED", pod("a", "5"))], true);
-        }
-        list(vec![pod("a", "5")], "5")
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    let dev = dev_cluster().await;
+    create_pod(&dev, "a", "web", "n1");
+    // Claims 1.34 but serves the streaming list's watch as a plain one: the initial events
+    // (synthetic ADDED) come, their end is never marked.
+    let streaming = RequestFilter::default().verb(Verb::Watch).param("sendInitialEvents", "true");
+    dev.faults().ignore_params_matching(streaming, u32::MAX, &["sendInitialEvents", "resourceVersionMatch"]);
+    let settings = WatchSettings { initial_events_timeout: TIMEOUT, ..settings(ListStrategy::Auto) };
+    let factory = InformerFactory::new(dev.client().unwrap(), settings);
+    let started = Instant::now();
     let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
-    informer.wait_synced().await;
+    bounded("the fallback LIST", informer.wait_synced()).await;
+    assert!(started.elapsed() >= TIMEOUT, "fell back after {:?}", started.elapsed());
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
-    assert_eq!(log.count("sendInitialEvents=true"), 1);
+    assert_eq!(informer.store().len(), 1);
+    assert_eq!(streaming_requests(&dev).len(), 1);
+    assert_eq!(pod_requests(&dev, Verb::List).len(), 1);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_forbidden_streaming_list_is_retried_not_mistaken_for_missing_support() {
-    let (client, log) = fake_api::client(|target| {
-        if target.starts_with("/version") {
-            return fake_api::version(34);
-        }
-        Reply::Json(403, status(403, "Forbidden", "pods is forbidden: User \"u\" cannot watch resource \"pods\""))
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    let dev = dev_cluster().await;
+    dev.faults().fail_next_matching(RequestFilter::default().resource("pods"), u32::MAX, Failure::Forbidden { user: USER });
+    let settings = WatchSettings { initial_events_timeout: TIMEOUT, ..settings(ListStrategy::Auto) };
+    let factory = InformerFactory::new(dev.client().unwrap(), settings);
     let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
-    tokio::time::sleep(Duration::from_secs(300)).await; // virtual time, past initial_events_timeout
-    assert!(log.count("sendInitialEvents=true") >= 4, "{:?}", log.all());
-    assert_eq!(log.all().iter().filter(|r| r.contains("/pods") && !is_watch(r)).count(), 0, "no fallback to LIST");
-    assert!(informer.status().last_error.unwrap().message.starts_with("forbidden: cannot watch pods in all namespaces"));
+
+    // Three attempts span at least 2.4 s of backoff, well past the initial-events timeout. A
+    // fallback would show up as a LIST.
+    let log = dev.request_log();
+    let mut seq = 0;
+    for _ in 0..3 {
+        seq = bounded("a pods request", log.wait_for(seq, |r| r.is(Verb::Watch, "pods") || r.is(Verb::List, "pods"))).await.seq;
+    }
+    assert_eq!(streaming_requests(&dev).len(), 3, "{:?}", log.records());
+    assert!(pod_requests(&dev, Verb::List).is_empty(), "no fallback to LIST");
+    let message = informer.status().last_error.unwrap().message;
+    assert!(message.starts_with("forbidden: cannot watch pods in all namespaces"), "{message}");
 }
 
 #[tokio::test]
 async fn metadata_only_informers_ask_for_and_cache_partial_object_metadata() {
-    let (client, log) = fake_api::client(|target| {
-        if is_watch(target) {
-            return Reply::Watch(vec![], true);
-        }
-        let item = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "a", "namespace": "default", "uid": "u", "resourceVersion": "3"}});
-        Reply::Json(200, json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {"resourceVersion": "3"}, "items": [item]}))
-    });
-    let factory = InformerFactory::new(client, settings(ListStrategy::List));
+    let dev = dev_cluster().await;
+    create_pod(&dev, "a", "web", "n1");
+    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let informer = factory.informer(InformerKey::new(pods(), true).metadata_only(), &StoreOptions::default()).unwrap();
-    informer.wait_synced().await;
-    let obj = informer.store().get("default", "a").unwrap();
-    assert_eq!(obj.body(), r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"a","namespace":"default","resourceVersion":"3","uid":"u"}}"#);
-    assert!(log.all()[0].contains("as=PartialObjectMetadataList"), "{:?}", log.all());
+    bounded("the metadata LIST", informer.wait_synced()).await;
+    let cached: Value = serde_json::from_str(informer.store().get("default", "a").unwrap().body()).unwrap();
+    let stored = dev.store().get(&pod_key("a")).unwrap();
+    assert_eq!(cached, json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": stored["metadata"]}));
+    let lists = pod_requests(&dev, Verb::List);
+    let accept = lists[0].accept.as_deref().unwrap_or("");
+    assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
 }

@@ -25,9 +25,6 @@ pub mod informer;
 pub mod spec;
 pub mod watch;
 
-#[cfg(test)]
-mod fake_api;
-
 pub use delta::{Delta, DeltaSink};
 pub use factory::InformerFactory;
 pub use informer::{Informer, InformerStatus, LastError, Lister, Subscription};
