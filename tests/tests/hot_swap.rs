@@ -491,45 +491,81 @@ async fn a_half_written_wasm_file_is_never_swapped_in_and_the_complete_one_is() 
     s.dev.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wasm_file_written_while_a_reload_runs_is_loaded_once_complete() {
-    let _serial = TRIGGERS.lock().await;
-    let s = setup("racing").await;
+/// A runtime whose file watcher is in the middle of a reload, with what it needs.
+struct ReloadInProgress {
+    s: Setup,
+    versions: Versions,
+    runtime: Arc<Runtime>,
+    trigger: tokio::task::JoinHandle<()>,
+    plugin: PathBuf,
+}
+
+/// Starts the recorder as v1 with a file watcher, keeps it busy with one 4 s event, and writes
+/// v2: the watcher notices v2 within 1 s, and its reload then waits for the call to end (a swap
+/// happens between two events), about 3.8 s from the write. Returns 2 s after the write, in the
+/// middle of that reload.
+async fn reload_in_progress(namespace: &str) -> ReloadInProgress {
+    let s = setup(namespace).await;
     let versions = Versions::new();
     let plugin = versions.path("plugin.wasm");
     std::fs::copy(versions.path("v1.wasm"), &plugin).unwrap();
-    let config = write_config(&versions, "racing", "{tag: v1, sleepMs: 4000}");
+    let config = write_config(&versions, namespace, "{tag: v1, sleepMs: 4000}");
     let runtime = start(&s, HostConfig::load(&config).unwrap()).await;
     let trigger = trigger::spawn(runtime.clone(), true).unwrap();
-
-    // The plugin is busy for 4 s with one event, so a swap (which happens between two events)
-    // keeps the reload that asked for it waiting until then.
     s.cms.create(&PostParams::default(), &config_map("slow")).await.unwrap();
     eventually(WAIT, "the event to be taken", async || (status(&runtime, "rec").await.queue_depth == 0).then_some(())).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     std::fs::copy(versions.path("v2.wasm"), &plugin).unwrap();
-    // The watcher notices v2 within 1 s and its reload waits for the call to end (~3.8 s from
-    // now). Meanwhile v3 is being written: its first half now, the rest once the reload is over.
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let v3 = recorder_version("v3");
-    std::fs::write(&plugin, &v3[..v3.len() / 2]).unwrap();
-    let swapped = eventually(Duration::from_secs(10), "the call to end and v2 to be swapped in", async || {
-        let st = status(&runtime, "rec").await;
-        (st.swaps > 0).then_some(st)
-    })
-    .await;
-    std::fs::write(&plugin, &v3).unwrap();
-    assert_eq!(swapped.version, versions.v2, "v3 was written before the reload read the file, so this proves nothing");
+    ReloadInProgress { s, versions, runtime, trigger, plugin }
+}
 
-    // The watcher saw the file change during the reload, and waited for it to hold still.
+impl ReloadInProgress {
+    /// Waits for the reload to swap v2 in.
+    async fn v2_swapped_in(&self) {
+        let st = eventually(Duration::from_secs(10), "the call to end and v2 to be swapped in", async || {
+            let st = status(&self.runtime, "rec").await;
+            (st.swaps > 0).then_some(st)
+        })
+        .await;
+        assert_eq!(st.version, self.versions.v2, "the next version was written before the reload read the file: this proves nothing");
+    }
+
+    async fn end(self) {
+        self.trigger.abort();
+        self.runtime.shutdown().await;
+        self.s.dev.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_file_written_while_a_reload_runs_is_loaded_next() {
+    let _serial = TRIGGERS.lock().await;
+    let r = reload_in_progress("racing").await;
+    let v3 = recorder_version("v3");
+    std::fs::write(&r.plugin, &v3).unwrap();
+    r.v2_swapped_in().await;
     let v3 = sha256(&v3);
-    eventually(Duration::from_secs(10), "v3 to be swapped in", async || (status(&runtime, "rec").await.version == v3).then_some(())).await;
-    let st = status(&runtime, "rec").await;
+    eventually(Duration::from_secs(10), "v3 to be swapped in", async || (status(&r.runtime, "rec").await.version == v3).then_some(())).await;
+    assert_eq!(status(&r.runtime, "rec").await.swaps, 2);
+    r.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_file_still_being_written_when_a_reload_ends_is_loaded_once_complete() {
+    let _serial = TRIGGERS.lock().await;
+    let r = reload_in_progress("finishing").await;
+    let v3 = recorder_version("v3");
+    std::fs::write(&r.plugin, &v3[..v3.len() / 2]).unwrap();
+    r.v2_swapped_in().await;
+    std::fs::write(&r.plugin, &v3).unwrap();
+    // The watcher saw the file change during the reload, and waits for it to hold still.
+    let v3 = sha256(&v3);
+    eventually(Duration::from_secs(10), "v3 to be swapped in", async || (status(&r.runtime, "rec").await.version == v3).then_some(())).await;
+    let st = status(&r.runtime, "rec").await;
     assert_eq!(st.swaps, 2, "{st:?}");
     assert_eq!(st.last_swap_error, None, "the half-written v3 was tried");
-    trigger.abort();
-    runtime.shutdown().await;
-    s.dev.shutdown().await.unwrap();
+    r.end().await;
 }
 
 // ---------------------------------------------------------------------------------------------
