@@ -81,7 +81,7 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
                         pending = None;
                     } else if pending.as_ref() == Some(&now) {
                         reload(&runtime, "file changed").await;
-                        seen = seen_after_reload(now, fingerprint(&runtime));
+                        seen = fingerprint(&runtime);
                         pending = None;
                     } else {
                         pending = Some(now);

@@ -74,6 +74,11 @@ impl Recorded {
         Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.clone()))
     }
 
+    /// Every line `plugin` logged so far.
+    pub fn messages(&self, plugin: &str) -> Vec<String> {
+        self.lines.lock().unwrap().iter().filter(|l| &*l.plugin == plugin).map(|l| l.message.clone()).collect()
+    }
+
     /// The JSON lines `plugin` logged so far.
     pub fn events(&self, plugin: &str) -> Vec<Value> {
         self.lines

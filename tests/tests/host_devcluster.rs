@@ -181,3 +181,33 @@ async fn after_a_compaction_objects_deleted_in_the_gap_arrive_as_final_state_unk
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_keeps_trapping_is_contained_reported_and_still_gets_every_event() {
+    let s = setup("crashy").await;
+    let yaml = format!(
+        "plugins:\n  - name: crashy\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: crashy}}]\n{}",
+        guests::PANIC,
+        recorder("calm", "crashy", "")
+    );
+    let runtime = start(&s, &yaml).await;
+    for name in ["boom-0", "boom-1", "boom-2", "boom-3", "boom-4", "fine"] {
+        s.pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+    }
+    // The other plugin is not disturbed.
+    assert_eq!(s.recorded.wait_for("calm", 6, WAIT).await.len(), 6);
+    // The crashing one traps five times, is backed off, and still receives the sixth event.
+    for _ in 0..200 {
+        if s.recorded.messages("crashy").iter().any(|m| m == "ok fine") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.recorded.messages("crashy").iter().any(|m| m == "ok fine"), "{:?}", s.recorded.messages("crashy"));
+    let status = runtime.statuses().await.into_iter().find(|p| p.name == "crashy").unwrap();
+    assert_eq!((status.calls, status.failures), (6, 5), "{status:?}");
+    let error = status.last_error.unwrap();
+    assert!(error.contains("add Pod crashy/boom-4") && error.contains("boom: the plugin panicked on purpose"), "{error}");
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
