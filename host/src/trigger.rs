@@ -67,7 +67,7 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         // After a reload that took several intervals, poll again one interval later rather than
         // firing the missed ticks back to back, which would defeat the "hold still" debounce.
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = hangup.recv() => {
@@ -81,7 +81,7 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
                         pending = None;
                     } else if pending.as_ref() == Some(&now) {
                         reload(&runtime, "file changed").await;
-                        seen = fingerprint(&runtime);
+                        seen = seen_after_reload(now, fingerprint(&runtime));
                         pending = None;
                     } else {
                         pending = Some(now);

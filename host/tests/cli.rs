@@ -107,3 +107,27 @@ fn dev_runs_the_examples_against_the_embedded_cluster_with_simulated_churn() {
     assert!(all.contains("plugin synced"), "{all}");
     assert!(std::fs::read_to_string(&kubeconfig).unwrap().contains("wasmformer-dev"));
 }
+
+#[test]
+fn validate_checks_the_kinds_against_the_cluster() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let dev = tokio.block_on(wasmformer_devcluster::DevCluster::start(Default::default())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("dev.kubeconfig");
+    dev.write_kubeconfig(&kubeconfig).unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "cluster: {{kubeconfig: {}}}\nplugins:\n  - name: p\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}, {{apiVersion: apps/v1, kind: Gadget}}]\n    read: [{{apiVersion: nope.example.com/v1, kind: Thing}}]\n",
+            kubeconfig.display(),
+            guests::POD_LOGGER
+        ),
+    );
+    let out = wasmformer(&["validate", "--config", &config]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(stdout.contains("plugins[0].handles[1]: plugin p: the cluster does not serve apps/v1 Gadget"), "{stdout}");
+    assert!(stdout.contains("plugins[0].read[0]: plugin p: the cluster does not serve nope.example.com/v1 Thing"), "{stdout}");
+    assert!(!stdout.contains("handles[0]"), "v1 Pod is served: {stdout}");
+    tokio.block_on(dev.shutdown()).unwrap();
+}

@@ -201,13 +201,11 @@ async fn create_pods(client: &kube::Client, factory: &Arc<PodFactory>, range: st
 // ---------------------------------------------------------------------------------------------
 // Processes: memory, the wasmformer host, the client-go informer
 
-/// Memory figures of a process, in bytes.
+/// `VmRSS` and `VmHWM` of a process, in bytes.
 #[derive(Debug, Clone, Copy, Default)]
 struct ProcMem {
     rss: u64,
     hwm: u64,
-    anon: u64,
-    file: u64,
 }
 
 fn proc_mem(pid: u32) -> Result<ProcMem> {
@@ -219,7 +217,7 @@ fn proc_mem(pid: u32) -> Result<ProcMem> {
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024)
     };
-    Ok(ProcMem { rss: field("VmRSS:"), hwm: field("VmHWM:"), anon: field("RssAnon:"), file: field("RssFile:") })
+    Ok(ProcMem { rss: field("VmRSS:"), hwm: field("VmHWM:") })
 }
 
 /// Resets `VmHWM` to the current RSS (`echo 5 > /proc/PID/clear_refs`).
