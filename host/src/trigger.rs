@@ -67,7 +67,7 @@ pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio:
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         // After a reload that took several intervals, poll again one interval later rather than
         // firing the missed ticks back to back, which would defeat the "hold still" debounce.
-        // tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = hangup.recv() => {

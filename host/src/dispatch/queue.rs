@@ -191,11 +191,13 @@ impl EventQueue {
         self.lock().coalesced
     }
 
-    /// Waits until `sleep` has passed or the queue is closed; for backoff pauses.
+    /// Waits until `sleep` has passed, the queue is closed, or [`wake`](Self::wake) is called (a
+    /// new version waits to be swapped in: it should not wait for its predecessor's backoff);
+    /// for backoff pauses.
     pub fn sleep(&self, sleep: Duration) {
         let deadline = Instant::now() + sleep;
         let mut state = self.lock();
-        while !state.closed {
+        while !state.closed && !std::mem::take(&mut state.woken) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
@@ -285,6 +287,23 @@ mod tests {
         assert_eq!(queue.resync(0, vec![obj("a", 2), obj("b", 7)]), 1);
         assert_eq!(drain(&queue), ["update a 1->2", "update b 7->7"]);
         assert_eq!(queue.resync(0, vec![obj("a", 2)]), 1, "once delivered, a resyncs again");
+    }
+
+    #[test]
+    fn a_wake_ends_a_backoff_sleep_once() {
+        let queue = EventQueue::new(10);
+        let waker = queue.clone();
+        let wake = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            waker.wake();
+        });
+        let started = Instant::now();
+        queue.sleep(Duration::from_secs(30));
+        assert!(started.elapsed() < Duration::from_secs(10), "the wake did not end the sleep");
+        wake.join().unwrap();
+        let started = Instant::now();
+        queue.sleep(Duration::from_millis(100));
+        assert!(started.elapsed() >= Duration::from_millis(100), "the wake was taken: the next pause is whole");
     }
 
     #[test]

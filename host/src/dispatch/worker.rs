@@ -98,7 +98,9 @@ impl Delivery {
         let mut backoff = Backoff::default();
         let mut next_resync = self.resync.map(|period| Instant::now() + period);
         loop {
-            self.take_swap();
+            if self.take_swap() {
+                backoff = Backoff::default();
+            }
             let timeout = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
             match self.queue.pop(timeout) {
                 Popped::Closed => break,
@@ -113,7 +115,9 @@ impl Delivery {
                 }
                 Popped::Item(Item::Synced { source }) => self.mark_synced(source),
                 Popped::Item(Item::Event { source, event }) => {
-                    self.take_swap();
+                    if self.take_swap() {
+                        backoff = Backoff::default();
+                    }
                     let gvk = &self.sources[source].gvk;
                     let started = Instant::now();
                     let result = self.instance.handle(gvk, &event);
@@ -136,15 +140,17 @@ impl Delivery {
         tracing::info!("plugin worker stopped");
     }
 
-    fn take_swap(&mut self) {
+    /// Swaps in the pending new version, if any; returns whether it did. A new version starts
+    /// with a clean slate: the caller resets the backoff its predecessor's failures built up.
+    fn take_swap(&mut self) -> bool {
         let pending = self.swap.lock().expect("swap slot lock poisoned").take();
-        if let Some(PendingSwap { instance, done }) = pending {
-            let digest = instance.plugin().digest().to_owned();
-            let old = std::mem::replace(&mut self.instance, instance);
-            self.status.swapped(&digest);
-            tracing::info!(plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], "plugin version swapped in");
-            let _ = done.send(());
-        }
+        let Some(PendingSwap { instance, done }) = pending else { return false };
+        let digest = instance.plugin().digest().to_owned();
+        let old = std::mem::replace(&mut self.instance, instance);
+        self.status.swapped(&digest);
+        tracing::info!(plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], "plugin version swapped in");
+        let _ = done.send(());
+        true
     }
 
     fn mark_synced(&mut self, source: SourceId) {
