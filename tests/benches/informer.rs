@@ -497,6 +497,56 @@ impl Drop for GoInformer {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The gate: a TCP proxy between the measured clients and the API server
+
+/// Forwards the measured clients' connections to the API server while open; closing it cuts
+/// every connection and turns new ones away, so the bench decides when the clients reconnect.
+#[derive(Default)]
+struct Gate {
+    open: AtomicBool,
+    connections: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Gate {
+    /// Listens on a free port of 127.0.0.1 and forwards to `upstream`; returns the port.
+    async fn serve(self: &Arc<Self>, upstream: SocketAddr) -> Result<u16> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        self.open.store(true, Ordering::Relaxed);
+        let gate = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { continue };
+                if !gate.open.load(Ordering::Relaxed) {
+                    continue; // dropped: the client sees its connection closed
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
+                        let _ = tokio::io::copy_bidirectional_with_sizes(&mut inbound, &mut outbound, 64 << 10, 64 << 10).await;
+                    }
+                });
+                let mut connections = gate.connections.lock().unwrap();
+                connections.retain(|c| !c.is_finished());
+                connections.push(task.abort_handle());
+            }
+        });
+        Ok(port)
+    }
+
+    fn close(&self) {
+        self.open.store(false, Ordering::Relaxed);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn reopen(&self) {
+        self.open.store(true, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The in-process runtime with three plugins
 
 /// Plugin log lines with the instant the host logged them, while recording.
@@ -588,6 +638,9 @@ struct Stream {
     span: Duration,
     add: (Duration, Duration),
     update: (Duration, Duration),
+    /// p50 and p99 of handler instant − create response instant, in ms (negative: the handler ran
+    /// before the client had the response).
+    add_after_response: (f64, f64),
 }
 
 /// Latencies of add and update deliveries: for each Pod the latest of `seen` (one entry per
@@ -620,11 +673,22 @@ fn stream(times: &[PodTimes], first: usize, seen: impl Iterator<Item = (Instant,
             .collect();
         p50_p99(v)
     };
+    let mut after_response: Vec<f64> = adds
+        .iter()
+        .filter(|(i, (n, _))| **i >= first && *i - first < times.len() && *n >= handlers)
+        .map(|(i, (_, at))| {
+            let done = times[i - first].create_done;
+            if *at >= done { (*at - done).as_secs_f64() * 1e3 } else { -((done - *at).as_secs_f64() * 1e3) }
+        })
+        .collect();
+    after_response.sort_by(f64::total_cmp);
+    let at = |q: f64| after_response.get(((after_response.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0);
     Stream {
         events: events / handlers,
         span: last - start,
         add: latencies(&adds, |t| t.create_sent),
         update: latencies(&updates, |t| t.status_sent),
+        add_after_response: (at(0.5), at(0.99)),
     }
 }
 
@@ -656,16 +720,41 @@ struct Bench {
     server: Arc<KubeApiserver>,
     client_rt: tokio::runtime::Runtime,
     client: kube::Client,
+    /// The measured processes reach the API server through it (see [`Gate`]).
+    gate: Arc<Gate>,
+    /// admin.kubeconfig pointing at the gate.
+    gated_kubeconfig: PathBuf,
     factory: Arc<PodFactory>,
     created: usize,
     /// Pods per second of the creations so far (create + status patch each).
     create_rate: Option<f64>,
     notes: Vec<String>,
+    /// `/proc/loadavg` at each phase's end: the machine is shared.
+    loads: Vec<(String, String)>,
 }
 
 impl Bench {
+    fn record_load(&mut self, phase: impl Into<String>) {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        self.loads.push((phase.into(), load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")));
+    }
+
     fn kubeconfig(&self) -> PathBuf {
         self.server.kubeconfig("admin")
+    }
+
+    /// Whether the restarted API server's watch cache for Pods is initialized (a watch from an
+    /// old resourceVersion is then refused with 410; before, it may be served from etcd).
+    fn pods_watch_cache_ready(&self) -> bool {
+        let client = self.client.clone();
+        self.client_rt.block_on(async move {
+            let Ok(request) = kube::core::Request::new("/metrics").list(&Default::default()) else { return false };
+            let Ok(metrics) = client.request_text(request).await else { return false };
+            metrics.lines().any(|l| {
+                l.starts_with("apiserver_watch_cache_initializations_total{group=\"\",resource=\"pods\"}")
+                    && l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).is_some_and(|n| n >= 1.0)
+            })
+        })
     }
 
     fn create_up_to(&mut self, target: usize) -> Result<Vec<PodTimes>> {
@@ -712,9 +801,9 @@ impl Bench {
     fn memory(&mut self, relist: bool) -> Result<MemRow> {
         let pods = self.created;
         let timeout = Duration::from_secs(1800);
-        let mut host = HostProcess::start(self.work.path(), &self.kubeconfig(), guests::BENCH_EMPTY)?;
+        let mut host = HostProcess::start(self.work.path(), &self.gated_kubeconfig, guests::BENCH_EMPTY)?;
         let host_sync = host.wait_ready(timeout)?;
-        let mut go = GoInformer::start(&self.kubeconfig(), false)?;
+        let mut go = GoInformer::start(&self.gated_kubeconfig, false)?;
         let go_sync = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
         eprintln!("{pods} Pods: wasmformer ready after {:.1} s, client-go after {:.1} s", host_sync.as_secs_f64(), go_sync.as_secs_f64());
         std::thread::sleep(self.options.settle);
@@ -729,7 +818,11 @@ impl Bench {
         Ok(MemRow { pods, host_sync, host: host_rss, host_mem, breakdown, go_sync, go: go_rss, go_heap, relist, strategy })
     }
 
-    /// Restarts the API server over its data: both clients' watches expire and they relist.
+    /// Forces both clients to relist: cuts them off (the gate), restarts the API server over its
+    /// data, waits until its Pod watch cache is initialized, lets them reconnect. Their watches
+    /// resume from a resourceVersion older than the new cache's, are refused with 410 Gone, and
+    /// they list again. (Without the gate, a client that reconnects while the watch cache is
+    /// still initializing is served from etcd and need not relist.)
     fn relist(&mut self, host: &mut HostProcess, go: &mut GoInformer, events_before: u64) -> Result<Relist> {
         let pods = self.created as u64;
         let (_, relists_before, _, _) = host.informer()?;
@@ -738,11 +831,18 @@ impl Bench {
         reset_peak(go.pid())?;
         let samplers = (PeakSampler::start(host.pid()), PeakSampler::start(go.pid()));
         let started = Instant::now();
-        eprintln!("restarting the API server to force a relist");
-        let server = self.server.clone();
-        self.client_rt.block_on(tokio::task::spawn_blocking(move || server.restart_on(None)))?;
+        eprintln!("cutting both clients off and restarting the API server to force a relist");
+        self.gate.close();
+        self.server.restart_on(None);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !self.pods_watch_cache_ready() {
+            ensure!(Instant::now() < deadline, "the restarted API server's Pod watch cache is not initialized after 300 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
         let server_restart = started.elapsed();
-        let deadline = started + Duration::from_secs(300);
+        self.gate.reopen();
+        let reopened = Instant::now();
+        let deadline = reopened + Duration::from_secs(240);
         let (mut host_done, mut go_done) = (None, None);
         while (host_done.is_none() || go_done.is_none()) && Instant::now() < deadline {
             if host_done.is_none()
@@ -750,10 +850,10 @@ impl Bench {
                 && relists > relists_before
                 && events >= events_before + pods
             {
-                host_done = Some(started.elapsed());
+                host_done = Some(reopened.elapsed());
             }
             if go_done.is_none() && go.with(|s| s.updates >= go_updates_before + pods as usize) {
-                go_done = Some(started.elapsed());
+                go_done = Some(reopened.elapsed());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -764,9 +864,9 @@ impl Bench {
         eprintln!(
             "relist: wasmformer peak {} ({}), client-go peak {} ({})",
             mib(host_peak),
-            host_done.map_or("no relist seen".into(), |d| format!("done after {:.1} s", d.as_secs_f64())),
+            host_done.map_or("no relist seen".into(), |d| format!("done {:.1} s after reconnecting was allowed", d.as_secs_f64())),
             mib(go_peak),
-            go_done.map_or("no relist seen".into(), |d| format!("done after {:.1} s", d.as_secs_f64())),
+            go_done.map_or("no relist seen".into(), |d| format!("done {:.1} s after reconnecting was allowed", d.as_secs_f64())),
         );
         Ok(Relist { host_peak, go_peak, host_done, go_done, server_restart })
     }
@@ -783,7 +883,8 @@ impl Bench {
         Ok(took)
     }
 
-    /// A stored Pod as the host caches it: compact body length and the cache's heap estimate.
+    /// A stored Pod as the host receives it (written to `pod.json` for the store-only child):
+    /// its compact length, the compact body the cache keeps, and the cache's heap estimate.
     fn cached_pod_size(&self) -> Result<(usize, usize, usize)> {
         let (client, namespace) = (self.client.clone(), self.factory.namespace(0).to_owned());
         let pod: Pod = self.client_rt.block_on(async move { Api::<Pod>::namespaced(client, &namespace).get(&name_of(0)).await })?;
@@ -791,12 +892,53 @@ impl Bench {
         value["apiVersion"] = "v1".into();
         value["kind"] = "Pod".into();
         let full = value.to_string().len();
+        std::fs::write(self.work.path().join("pod.json"), value.to_string())?;
         let cached = CachedObject::from_value(value, true, &[])?;
         Ok((full, cached.body().len(), cached.heap_size()))
     }
 }
 
+/// `--store-child N FILE` (run by the bench in a child process): admits N copies of the Pod in
+/// FILE into a [`Store`](wasmformer::cache::Store), each parsed from text as the watcher parses
+/// it, on one thread, and prints the RSS before, after, and after `malloc_trim`: the cache's own
+/// cost, without informer, kube or wasmtime.
+fn store_child(n: usize, file: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(file)?;
+    let namespaces = ["bench-0", "bench-1", "bench-2", "bench-3"];
+    let before = proc_mem(std::process::id())?.rss;
+    let store = wasmformer_tests::store(wasmformer_tests::pod_gvk(), vec![]);
+    for i in 0..n {
+        let mut value: Value = serde_json::from_str(&text)?;
+        value["metadata"]["name"] = name_of(i).into();
+        value["metadata"]["namespace"] = namespaces[i % namespaces.len()].into();
+        value["metadata"]["uid"] = format!("00000000-0000-0000-0000-{i:012}").into();
+        store.upsert(store.admit(value)?);
+    }
+    let after = proc_mem(std::process::id())?.rss;
+    // SAFETY: malloc_trim only releases free memory back to the system.
+    unsafe { libc::malloc_trim(0) };
+    let trimmed = proc_mem(std::process::id())?.rss;
+    println!("{}", json!({ "objects": store.len(), "before": before, "after": after, "trimmed": trimmed }));
+    Ok(())
+}
+
+/// RSS growth of a process that only fills a store with `n` copies of the Pod in `file`:
+/// (after, after `malloc_trim`) minus before, in bytes.
+fn store_only(n: usize, file: &Path) -> Result<(u64, u64)> {
+    let output = Command::new(std::env::current_exe()?).arg("--store-child").arg(n.to_string()).arg(file).stderr(Stdio::inherit()).output()?;
+    ensure!(output.status.success(), "the store-only child failed");
+    let v: Value = serde_json::from_slice(&output.stdout)?;
+    let n = |f: &str| v[f].as_u64().unwrap_or(0);
+    Ok((n("after").saturating_sub(n("before")), n("trimmed").saturating_sub(n("before"))))
+}
+
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, n, file] = args.as_slice()
+        && flag == "--store-child"
+    {
+        return store_child(n.parse()?, Path::new(file));
+    }
     let options = Options::from_args()?;
     let client_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     eprintln!("starting the kube-apiserver harness");
@@ -811,24 +953,38 @@ fn main() -> Result<()> {
         }
         anyhow::Ok(())
     })?;
+    let gate = Arc::new(Gate::default());
+    let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse()?;
+    let gate_port = client_rt.block_on(gate.serve(upstream))?;
+    let work = tempfile::tempdir()?;
+    let gated_kubeconfig = work.path().join("gated.kubeconfig");
+    let kubeconfig = std::fs::read_to_string(server.kubeconfig("admin"))?;
+    ensure!(kubeconfig.contains(&format!("https://{upstream}")), "admin.kubeconfig does not name https://{upstream}");
+    std::fs::write(&gated_kubeconfig, kubeconfig.replace(&format!("https://{upstream}"), &format!("https://127.0.0.1:{gate_port}")))?;
     let mut bench = Bench {
         factory: Arc::new(PodFactory::new(namespaces)),
         options,
-        work: tempfile::tempdir()?,
+        work,
+        gate,
+        gated_kubeconfig,
         server,
         client_rt,
         client,
         created: 0,
         create_rate: None,
         notes: Vec::new(),
+        loads: Vec::new(),
     };
+    bench.record_load("start");
 
     // Warm the compile cache, so every measured host maps its plugin from it alike.
-    HostProcess::start(bench.work.path(), &bench.kubeconfig(), guests::BENCH_EMPTY)?.wait_ready(Duration::from_secs(120))?;
+    HostProcess::start(bench.work.path(), &bench.gated_kubeconfig, guests::BENCH_EMPTY)?.wait_ready(Duration::from_secs(120))?;
     let baseline = bench.memory(false)?;
+    bench.record_load("0 Pods measured");
 
     let counts = bench.options.counts.clone();
     let live = bench.live(counts[0])?;
+    bench.record_load("live stream");
     let mut rows = vec![baseline];
     for (n, &count) in counts.iter().enumerate() {
         let mut target = count;
@@ -847,21 +1003,25 @@ fn main() -> Result<()> {
             bench.create_up_to(target)?;
         }
         rows.push(bench.memory(true)?);
+        bench.record_load(format!("{} Pods measured", bench.created));
     }
     let sync = bench.initial_list()?;
+    bench.record_load("initial list, 3 plugins");
     let (full, body, heap) = bench.cached_pod_size()?;
-    print_report(&bench, &rows, &live, sync, (full, body, heap));
+    let pod_file = bench.work.path().join("pod.json");
+    let store: Vec<(usize, (u64, u64))> = rows[1..].iter().map(|r| Ok((r.pods, store_only(r.pods, &pod_file)?))).collect::<Result<_>>()?;
+    print_report(&bench, &rows, &live, sync, (full, body, heap), &store);
     Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
 // The report
 
-fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (full, body, heap): (usize, usize, usize)) {
+fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (full, body, heap): (usize, usize, usize), store: &[(usize, (u64, u64))]) {
     let base = &rows[0];
     let per_pod = |rss: u64, base: u64, pods: usize| (rss as f64 - base as f64) / pods as f64;
     println!("### Memory: RSS with N realistic Pods cached\n");
-    println!("One plugin (`bench-empty`) on every Pod; managedFields stripped (the default). client-go: the harness's typed SharedInformer, objects as the server sends them (managedFields kept). Per Pod: (RSS − RSS at 0 Pods) / N. Relist peak: max of VmHWM and VmRSS every 10 ms while both relist after an API server restart.\n");
+    println!("One plugin (`bench-empty`) on every Pod; managedFields stripped (the default). client-go: the harness's typed SharedInformer, objects as the server sends them (managedFields kept). Per Pod: (RSS − RSS at 0 Pods) / N. Relist: both clients are cut off (a TCP proxy between them and the API server), the API server restarts over its data, and once its Pod watch cache is initialized they may reconnect: their watches get 410 Gone and they list again. Peak: max of VmHWM (reset just before) and VmRSS polled every 10 ms, from the cut to 2 s after both relisted.\n");
     println!("| Pods | wasmformer RSS | per Pod | relist peak | peak / steady | client-go RSS | per Pod | relist peak | peak / steady | wasmformer / client-go |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
@@ -904,6 +1064,26 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
         );
     }
     let last = rows.last().unwrap();
+    if rows.len() >= 3 {
+        let (a, b) = (&rows[rows.len() - 2], last);
+        let slope = |x: u64, y: u64| (y as f64 - x as f64) / (b.pods - a.pods) as f64;
+        let (ours, theirs) = (slope(a.host, b.host), slope(a.go, b.go));
+        println!(
+            "\nMarginal cost from {} to {} Pods: wasmformer {} per Pod, client-go {} per Pod (ratio {:.2}).",
+            a.pods,
+            b.pods,
+            kib(ours),
+            kib(theirs),
+            ours / theirs
+        );
+    }
+    for (pods, (after, trimmed)) in store {
+        println!(
+            "\nThe store alone ({pods} Pods admitted on one thread in a process that does nothing else): {} per Pod, {} per Pod after `malloc_trim`.",
+            kib(*after as f64 / *pods as f64),
+            kib(*trimmed as f64 / *pods as f64)
+        );
+    }
     println!(
         "\nclient-go at {} Pods: Go heap in use {} of {} RSS. wasmformer list strategy: {}.",
         last.pods,
@@ -921,16 +1101,18 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
         ms(live.create_latency.0),
         ms(live.create_latency.1)
     );
-    println!("| client | events per handler | events/s per handler | handler calls/s | create → add p50 | p99 | status patch → update p50 | p99 |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| client | events per handler | events/s per handler | handler calls/s | create sent → add handled p50 | p99 | create answered → add handled p50 | p99 | status patch sent → update handled p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, s, handlers) in [("wasmformer, 3 plugins", &live.ours, 3), ("client-go informer", &live.theirs, 1)] {
         let rate = s.events as f64 / s.span.as_secs_f64();
         println!(
-            "| {name} | {} | {rate:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {name} | {} | {rate:.0} | {:.0} | {} | {} | {:.1} ms | {:.1} ms | {} | {} |",
             s.events,
             rate * handlers as f64,
             ms(s.add.0),
             ms(s.add.1),
+            s.add_after_response.0,
+            s.add_after_response.1,
             ms(s.update.0),
             ms(s.update.1)
         );
@@ -967,7 +1149,7 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
     for row in &rows[1..] {
         if let Some(r) = &row.relist {
             println!(
-                "\nRelist at {} Pods: API server restart took {:.1} s; wasmformer relisted after {}, client-go after {} (from the restart's start).",
+                "\nRelist at {} Pods: clients cut off for {:.1} s (API server restart until its Pod watch cache was initialized); once they could reconnect, wasmformer had relisted after {}, client-go after {}.",
                 row.pods,
                 r.server_restart.as_secs_f64(),
                 r.host_done.map_or("— (not seen)".into(), |d| format!("{:.1} s", d.as_secs_f64())),
@@ -978,6 +1160,8 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
     if let Some(rate) = bench.create_rate {
         println!("\nCreation rate of the last batch: {rate:.0} Pods/s (create + status patch, {} in flight).", bench.options.concurrency);
     }
+    let loads: Vec<String> = bench.loads.iter().map(|(phase, load)| format!("{phase}: {load}")).collect();
+    println!("\nLoad average (1, 5, 15 min) after each phase — {}.", loads.join("; "));
     for note in &bench.notes {
         println!("\nNote: {note}.");
     }

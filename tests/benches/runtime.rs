@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use guest_bench_decode::PodDecoder;
@@ -29,11 +30,11 @@ use wasmformer_tests::{guests, pod_gvk, realistic_pod, store};
 /// Warm-up time per benchmark, also used to size the batches.
 const WARMUP: Duration = Duration::from_millis(300);
 /// Aimed-at duration of one timed batch.
-const TARGET_BATCH: Duration = Duration::from_millis(2);
+const TARGET_BATCH: Duration = Duration::from_micros(200);
 /// Timed batches are taken until this much time has passed (and at least `MIN_BATCHES`).
 const MEASURE: Duration = Duration::from_secs(2);
 const MIN_BATCHES: usize = 15;
-const MAX_BATCHES: usize = 1000;
+const MAX_BATCHES: usize = 5000;
 /// Pods in the lister's store (variants of the realistic Pod).
 const STORE_PODS: usize = 1000;
 /// Instances started for the RSS figure.
@@ -42,34 +43,82 @@ const RSS_INSTANCES: usize = 100;
 /// The timing of one benchmark, in ns per operation.
 #[derive(Debug, Clone, Copy)]
 struct Stats {
+    min: f64,
+    q25: f64,
     median: f64,
+    q75: f64,
     p99: f64,
     batches: usize,
     per_batch: u64,
 }
 
+impl Stats {
+    fn of(mut samples: Vec<f64>, per_batch: u64) -> Self {
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        Self { min: at(0.0), q25: at(0.25), median: at(0.5), q75: at(0.75), p99: at(0.99), batches: samples.len(), per_batch }
+    }
+}
+
 /// Times `batch(iters)` (which runs `iters` operations and returns how long they took) as the
 /// module documentation describes.
 fn measure_batches(mut batch: impl FnMut(u64) -> Duration) -> Stats {
-    let started = Instant::now();
-    let mut iters = 1u64;
-    let mut per_op = Duration::ZERO;
-    while started.elapsed() < WARMUP {
-        let took = batch(iters);
-        per_op = took / iters as u32;
-        if took < TARGET_BATCH / 2 {
-            iters *= 2;
-        }
+    if let Some(iters) = fixed_iterations() {
+        return Stats::of(vec![batch(iters).as_nanos() as f64 / iters as f64], iters);
     }
-    let iters = (TARGET_BATCH.as_nanos() / per_op.as_nanos().max(1)).clamp(1, 1 << 24) as u64;
+    let iters = calibrate(&mut batch);
     let mut samples = Vec::new();
     let measuring = Instant::now();
     while samples.len() < MAX_BATCHES && (samples.len() < MIN_BATCHES || measuring.elapsed() < MEASURE) {
         samples.push(batch(iters).as_nanos() as f64 / iters as f64);
     }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Stats { median: at(0.5), p99: at(0.99), batches: samples.len(), per_batch: iters }
+    Stats::of(samples, iters)
+}
+
+/// Warms up, doubling the batch until it takes about [`TARGET_BATCH`], and returns the batch size
+/// that the fastest warm-up batch long enough to time suggests (a preempted batch would make it
+/// too small).
+fn calibrate(batch: &mut impl FnMut(u64) -> Duration) -> u64 {
+    let started = Instant::now();
+    let mut iters = 1u64;
+    let mut per_op = Duration::MAX;
+    while started.elapsed() < WARMUP {
+        let took = batch(iters);
+        if took >= TARGET_BATCH / 4 || iters == 1 {
+            per_op = per_op.min(took / iters as u32);
+        }
+        if took < TARGET_BATCH / 2 {
+            iters *= 2;
+        }
+    }
+    (TARGET_BATCH.as_nanos() / per_op.as_nanos().max(1)).clamp(1, 1 << 24) as u64
+}
+
+/// The ratio of `a`'s time to `b`'s, timed in alternating batches so that both see the same
+/// machine load; the statistics are of the per-pair ratios.
+fn measure_ratio(mut a: impl FnMut(), mut b: impl FnMut()) -> Stats {
+    let timed = |op: &mut dyn FnMut(), iters: u64| {
+        let t = Instant::now();
+        for _ in 0..iters {
+            op();
+        }
+        t.elapsed()
+    };
+    let (iters_a, iters_b) = (calibrate(&mut |n| timed(&mut a, n)), calibrate(&mut |n| timed(&mut b, n)));
+    let per_op = |took: Duration, iters: u64| took.as_nanos() as f64 / iters as f64;
+    let mut ratios = Vec::new();
+    let measuring = Instant::now();
+    while ratios.len() < MAX_BATCHES && (ratios.len() < MIN_BATCHES || measuring.elapsed() < 2 * MEASURE) {
+        let time_a = per_op(timed(&mut a, iters_a), iters_a);
+        ratios.push(time_a / per_op(timed(&mut b, iters_b), iters_b));
+    }
+    Stats::of(ratios, iters_a)
+}
+
+/// `WASMFORMER_BENCH_ITERATIONS=N`: run each benchmark's operation exactly `N` times, once, with
+/// no warm-up (for profilers such as `valgrind --tool=callgrind`, where time means nothing).
+fn fixed_iterations() -> Option<u64> {
+    std::env::var("WASMFORMER_BENCH_ITERATIONS").ok().map(|n| n.parse().expect("WASMFORMER_BENCH_ITERATIONS is a number"))
 }
 
 /// Times `op`, one operation per call.
@@ -87,19 +136,23 @@ fn measure(mut op: impl FnMut()) -> Stats {
 struct Bench {
     filters: Vec<String>,
     results: BTreeMap<&'static str, (String, Stats)>,
+    /// Ratios of two operations' times ([`measure_ratio`]).
+    ratios: BTreeMap<&'static str, (String, Stats)>,
 }
 
 impl Bench {
     fn from_args() -> Self {
         // `cargo bench` passes `--bench`; anything not an option is a filter.
         let filters = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-        Self { filters, results: BTreeMap::new() }
+        Self { filters, results: BTreeMap::new(), ratios: BTreeMap::new() }
     }
 
     fn wants(&self, id: &str) -> bool {
         self.filters.is_empty() || self.filters.iter().any(|f| id.contains(f.as_str()))
     }
 
+    // Never inlined: `scripts/bench` counts instructions inside it with callgrind's toggle-collect.
+    #[inline(never)]
     fn run(&mut self, id: &'static str, what: &str, bench: impl FnOnce() -> Stats) {
         if !self.wants(id) {
             return;
@@ -108,6 +161,16 @@ impl Bench {
         let stats = bench();
         eprintln!("median {:>12} ns/op  p99 {:>12} ns/op  ({} batches of {})", ns(stats.median), ns(stats.p99), stats.batches, stats.per_batch);
         self.results.insert(id, (what.to_owned(), stats));
+    }
+
+    fn run_ratio(&mut self, id: &'static str, what: &str, bench: impl FnOnce() -> Stats) {
+        if !self.wants(id) {
+            return;
+        }
+        eprint!("ratio {id:<28} ");
+        let stats = bench();
+        eprintln!("median {:.2}×  p99 {:.2}×  ({} pairs)", stats.median, stats.p99, stats.batches);
+        self.ratios.insert(id, (what.to_owned(), stats));
     }
 
     fn median(&self, id: &str) -> Option<f64> {
@@ -170,25 +233,54 @@ fn load(engine: &PluginEngine, wasm: &str) -> LoadedPlugin {
     LoadedPlugin::load(engine, &name, Path::new(wasm)).expect("benchmark plugin loads")
 }
 
+/// Starts `plugin`; a failed start is counted and retried (see [`FAILURES`]).
 fn start(plugin: &LoadedPlugin, grants: Grants, config: Value) -> PluginInstance {
-    PluginInstance::start(plugin.clone(), Limits::default(), grants, &config, None).expect("benchmark plugin starts")
+    for _ in 0..3 {
+        match PluginInstance::start(plugin.clone(), Limits::default(), grants.clone(), &config, None) {
+            Ok(instance) => return instance,
+            Err(e) => {
+                eprint!("[start failed: {e}] ");
+                FAILURES.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    panic!("{} failed to start three times", plugin.name());
 }
 
-/// Times delivering `event` to a long-lived instance of `plugin`.
+/// Times delivering `event` to a long-lived instance of `plugin`. A call that fails is counted,
+/// not fatal (see [`FAILURES`]).
 fn event_bench(plugin: &LoadedPlugin, grants: Grants, config: Value, event: &Event) -> Stats {
-    let gvk = pod_gvk();
     let mut instance = start(plugin, grants, config);
-    let stats = measure(|| instance.handle(&gvk, black_box(event)).expect("benchmark event succeeds"));
-    assert_eq!(instance.failures(), 0);
+    let stats = measure(|| handle(&mut instance, event));
+    let failures = instance.failures();
+    assert!(failures * 1000 <= instance.calls(), "{failures} of {} calls failed", instance.calls());
+    FAILURES.fetch_add(failures, Ordering::Relaxed);
     stats
 }
+
+/// The kind `v1 Pod`.
+static POD: LazyLock<Gvk> = LazyLock::new(pod_gvk);
+
+/// Delivers `event` about a Pod; a failure is reported and counted in the instance.
+fn handle(instance: &mut PluginInstance, event: &Event) {
+    if let Err(e) = instance.handle(&POD, black_box(event)) {
+        eprint!("[call failed: {e}] ");
+    }
+}
+
+/// Calls and starts that failed, each reported on stderr when it happened. Only a deadline
+/// overrun is expected, and only on a loaded machine: the deadline is wall-clock time, so a call
+/// or an instantiation that is preempted long enough traps.
+static FAILURES: AtomicU64 = AtomicU64::new(0);
 
 fn main() {
     let mut bench = Bench::from_args();
     let objects = Objects::new();
     let gvk = pod_gvk();
-    let cache_dir = tempfile::tempdir().expect("temporary compile cache");
-    let engine = PluginEngine::new(Some(cache_dir.path().to_owned())).expect("engine");
+    // `WASMFORMER_BENCH_CACHE_DIR` keeps compiled plugins between runs (profiler runs use it).
+    let temporary = tempfile::tempdir().expect("temporary compile cache");
+    let cache_dir = std::env::var_os("WASMFORMER_BENCH_CACHE_DIR").map_or_else(|| temporary.path().to_owned(), Into::into);
+    let engine = PluginEngine::new(Some(cache_dir)).expect("engine");
     let [empty, labels, decode, lister] =
         [guests::BENCH_EMPTY, guests::BENCH_LABELS, guests::BENCH_DECODE, guests::BENCH_LISTER].map(|w| load(&engine, w));
     let mut pods_granted = Grants::none();
@@ -231,6 +323,20 @@ fn main() {
     });
     bench.run("4e-object-copy-native", "copy a cached object into an owned record and drop it, native", || {
         measure(|| drop(black_box(guest_object(&gvk, black_box(&objects.realistic)))))
+    });
+
+    bench.run_ratio("ratio-decode", "decode handler, wasm (3) / native (4c)", || {
+        let mut instance = start(&decode, Grants::none(), json!({}));
+        let mut plugin = PodDecoder::default();
+        measure_ratio(|| handle(&mut instance, &realistic), || plugin.on_add(black_box(&prebuilt), false).unwrap())
+    });
+    bench.run_ratio("ratio-labels", "labels handler, wasm (2) / native with the copy (4b)", || {
+        let mut instance = start(&labels, Grants::none(), json!({}));
+        let mut plugin = LabelCounter::default();
+        measure_ratio(
+            || handle(&mut instance, &realistic),
+            || plugin.on_add(&guest_object(&gvk, black_box(&objects.realistic)), false).unwrap(),
+        )
     });
 
     bench.run("5a-lister-get", "event + one `lister.get` of the realistic Pod", || {
@@ -350,7 +456,9 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
         "1-empty" => verdict("< 1 µs".into(), m(id)? < 1000.0),
         "2-labels-wasm" => verdict("≤ 1.5 µs".into(), m(id)? <= 1500.0),
         "3-decode-wasm" => {
-            let ratio = m(id)? / m("4c-decode-native")?;
+            // Prefer the ratio timed in alternating batches: both sides see the same load.
+            let interleaved = bench.ratios.get("ratio-decode").map(|(_, s)| s.median);
+            let ratio = interleaved.or_else(|| Some(m(id)? / m("4c-decode-native")?))?;
             verdict(format!("≤ 1.5× native: {ratio:.2}×"), ratio <= 1.5)
         }
         "5a-lister-get" => {
@@ -363,15 +471,22 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
 }
 
 fn print_report(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
-    println!("| id | what | median ns/op | p99 ns/op | goal | |");
-    println!("|---|---|--:|--:|---|---|");
+    println!("| id | what | median ns/op | p99 ns/op | min ns/op | goal | |");
+    println!("|---|---|--:|--:|--:|---|---|");
     for (id, (what, stats)) in &bench.results {
         let (goal_text, verdict) = match goal(bench, id) {
             Some((text, true)) => (text, "met"),
             Some((text, false)) => (text, "**missed**"),
             None => (String::new(), ""),
         };
-        println!("| {id} | {what} | {} | {} | {goal_text} | {verdict} |", ns(stats.median), ns(stats.p99));
+        println!("| {id} | {what} | {} | {} | {} | {goal_text} | {verdict} |", ns(stats.median), ns(stats.p99), ns(stats.min));
+    }
+
+    if !bench.ratios.is_empty() {
+        println!("\n| ratio, timed in alternating batches | median | middle half |\n|---|--:|--:|");
+        for (id, (what, s)) in &bench.ratios {
+            println!("| {id}: {what} | {:.2}× | {:.2}–{:.2}× |", s.median, s.q25, s.q75);
+        }
     }
 
     let m = |id: &str| bench.median(id);
@@ -416,5 +531,12 @@ fn print_report(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
     for (package, path) in guests::ALL.iter().filter(|(p, _)| p.starts_with("guest-bench-") || !p.starts_with("guest-")) {
         let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         println!("| {package} | {} |", ns(bytes as f64));
+    }
+
+    let failures = FAILURES.load(Ordering::Relaxed);
+    if failures > 0 {
+        println!(
+            "\n{failures} call(s) or start(s) failed during this run (see stderr): on a loaded machine a preempted call can overrun the 100 ms wall-clock deadline."
+        );
     }
 }
