@@ -17,17 +17,22 @@
 //!    accepts writes on this machine, which the table shows beside it.
 //! 2. **Memory**, at 0 Pods and at each `--pods` count: `wasmformer run` (release build) as a
 //!    child process with one plugin that does nothing (`bench-empty`) on every Pod, and the
-//!    client-go informer on the same Pods. RSS is `VmRSS` of `/proc/<pid>/status`, the median of
+//!    client-go informer on the same Pods, both started afresh and reaching the API server through
+//!    a TCP proxy of the bench ([`Gate`]). RSS is `VmRSS` of `/proc/<pid>/status`, the median of
 //!    five samples taken after `/readyz` answers (client-go: after it has printed every add) and a
-//!    settling pause. Then the API server is restarted over the same data: both clients re-watch
-//!    from an old resourceVersion, get `410 Gone` and relist; the peak is `VmHWM` (reset through
+//!    settling pause; `/proc/<pid>/smaps` splits the host's. Then a relist: the gate cuts both
+//!    clients off, the API server restarts over the same data, and once its Pod watch cache is
+//!    initialized the gate lets them reconnect; their watches resume from an old resourceVersion,
+//!    get `410 Gone`, and they list again. The peak is `VmHWM` (reset through
 //!    `/proc/<pid>/clear_refs` just before) and the maximum of `VmRSS` polled every 10 ms.
+//!    For comparison, a child process of this bench fills a bare `Store` with as many Pods
+//!    (`--store-child`): the cache's own cost.
 //! 3. **Initial list capacity** at the last count: the in-process runtime with the three plugins
 //!    started against every Pod; events per second until every plugin has handled its initial
 //!    adds.
 //!
 //! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
-//! --namespaces 4 --create-budget 600 --settle 5]`. Needs `target/release/wasmformer`
+//! --namespaces 4 --create-budget 600 --settle 5 --logs DIR]` (`--logs`: keep each host's log). Needs `target/release/wasmformer`
 //! (`cargo build --release -p wasmformer`). When creating up to a count would take longer than
 //! `--create-budget` seconds at the rate measured so far, that count is lowered to 50 000 and the
 //! report says so.
@@ -67,6 +72,8 @@ struct Options {
     namespaces: usize,
     create_budget: Duration,
     settle: Duration,
+    /// Where to copy each measured host's log (`host-<pods>.log`), if anywhere.
+    logs: Option<PathBuf>,
 }
 
 impl Options {
@@ -77,6 +84,7 @@ impl Options {
             namespaces: 4,
             create_budget: Duration::from_secs(600),
             settle: Duration::from_secs(5),
+            logs: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -87,6 +95,7 @@ impl Options {
                 "--namespaces" => options.namespaces = value()?.parse()?,
                 "--create-budget" => options.create_budget = Duration::from_secs(value()?.parse()?),
                 "--settle" => options.settle = Duration::from_secs(value()?.parse()?),
+                "--logs" => options.logs = Some(PathBuf::from(value()?)),
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -815,6 +824,13 @@ impl Bench {
         ensure!(objects as usize == pods, "the host caches {objects} Pods, expected {pods}");
         eprintln!("{pods} Pods: wasmformer {} (list strategy {strategy}), client-go {}", mib(host_rss), mib(go_rss));
         let relist = if relist { Some(self.relist(&mut host, &mut go, events)?) } else { None };
+        drop(host);
+        if let Some(dir) = &self.options.logs {
+            std::fs::create_dir_all(dir)?;
+            let log = self.work.path().join("host.log");
+            std::fs::copy(&log, dir.join(format!("host-{pods}.log")))?;
+            std::fs::remove_file(log)?;
+        }
         Ok(MemRow { pods, host_sync, host: host_rss, host_mem, breakdown, go_sync, go: go_rss, go_heap, relist, strategy })
     }
 

@@ -1,0 +1,146 @@
+//! The runtime benchmark's report: the markdown tables `scripts/bench` writes into BENCHMARKS.md,
+//! with each goal's verdict.
+
+use std::sync::atomic::Ordering;
+
+use wasmformer_tests::guests;
+
+use super::{Bench, FAILURES, Objects, RSS_INSTANCES};
+
+/// `1234567.8` as `1,234,568`.
+pub fn ns(value: f64) -> String {
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn us(value_ns: f64) -> String {
+    format!("{:.2} µs", value_ns / 1000.0)
+}
+
+/// A goal's text and whether the run met it.
+fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
+    let m = |id: &str| bench.median(id);
+    let verdict = |text: String, met: bool| Some((text, met));
+    match id {
+        "1-empty" => verdict("< 1 µs".into(), m(id)? < 1000.0),
+        "2-labels-wasm" => verdict("≤ 1.5 µs".into(), m(id)? <= 1500.0),
+        "3-decode-wasm" => {
+            // Prefer the figures timed in alternating batches: both sides saw the same load.
+            let paired = bench.pairs.get("pair-decode").map(|(_, p)| p.ratio.median);
+            let ratio = paired.or_else(|| Some(m(id)? / m("4c-decode-native")?))?;
+            verdict(format!("≤ 1.5× native: {ratio:.2}×"), ratio <= 1.5)
+        }
+        "5a-lister-get" => {
+            let paired = bench.pairs.get("pair-get").map(|(_, p)| p.difference.median);
+            let get = paired.or_else(|| Some(m(id)? - m("1-empty")?))?;
+            verdict(format!("the get < 2 µs: {}", us(get)), get < 2000.0)
+        }
+        "7a-load-cached-empty" | "7b-load-cached-decode" => verdict("< 1 ms".into(), m(id)? < 1e6),
+        _ => None,
+    }
+}
+
+/// Prints every table: the rows, the pairs, derived figures, the objects and the plugin sizes.
+pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
+    println!("| id | what | median ns/op | p99 ns/op | min ns/op | goal | |");
+    println!("|---|---|--:|--:|--:|---|---|");
+    for (id, (what, stats)) in &bench.results {
+        let (goal_text, verdict) = match goal(bench, id) {
+            Some((text, true)) => (text, "met"),
+            Some((text, false)) => (text, "**missed**"),
+            None => (String::new(), ""),
+        };
+        println!(
+            "| {id} | {what} | {} | {} | {} | {goal_text} | {verdict} |",
+            ns(stats.median),
+            ns(stats.p99),
+            ns(stats.min)
+        );
+    }
+
+    if !bench.pairs.is_empty() {
+        println!(
+            "\n| pair, timed in alternating batches | a / b | a − b, µs | middle half of a − b, µs |\n|---|--:|--:|--:|"
+        );
+        for (id, (what, pair)) in &bench.pairs {
+            let (r, d) = (pair.ratio, pair.difference);
+            println!(
+                "| {id}: {what} | {:.2}× | {:.2} | {:.2} – {:.2} |",
+                r.median,
+                d.median / 1e3,
+                d.q25 / 1e3,
+                d.q75 / 1e3
+            );
+        }
+    }
+
+    let m = |id: &str| bench.median(id);
+    let mut derived: Vec<(String, String)> = Vec::new();
+    let mut push = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            derived.push((name.to_owned(), value));
+        }
+    };
+    push(
+        "labels handler, wasm / native (2 / 4a)",
+        m("2-labels-wasm").zip(m("4a-labels-native")).map(|(w, n)| format!("{:.0}×", w / n)),
+    );
+    push(
+        "decode handler, wasm / native with the copy (3 / 4d)",
+        m("3-decode-wasm").zip(m("4d-decode-native-copy")).map(|(w, n)| format!("{:.2}×", w / n)),
+    );
+    push(
+        "`start` beyond one empty call (6a − 8b)",
+        m("6a-start-empty").zip(m("8b-empty-minimal")).map(|(a, b)| us(a - b)),
+    );
+    push(
+        "cached load not spent reading and hashing (7b − 7e − 7f)",
+        m("7b-load-cached-decode")
+            .zip(m("7e-read-decode-wasm"))
+            .zip(m("7f-sha256-decode-wasm"))
+            .map(|((a, b), c)| us(a - b - c)),
+    );
+    if let Some((idle, touched)) = rss {
+        push(
+            &format!("RSS per live instance, idle after `start` ({RSS_INSTANCES} instances)"),
+            Some(format!("{idle:.0} KiB")),
+        );
+        push("RSS per live instance, after one realistic-Pod event", Some(format!("{touched:.0} KiB")));
+    }
+    if !derived.is_empty() {
+        println!("\n| derived | value |\n|---|--:|");
+        for (name, value) in derived {
+            println!("| {name} | {value} |");
+        }
+    }
+
+    println!("\n| object (as cached: managed fields stripped) | body bytes | labels |\n|---|--:|--:|");
+    for (name, obj) in [
+        ("realistic Pod", &objects.realistic),
+        ("metadata only", &objects.metadata_only),
+        ("minimal Pod", &objects.minimal),
+    ] {
+        println!("| {name} | {} | {} |", obj.body().len(), obj.labels().len());
+    }
+
+    println!("\n| component | .wasm bytes |\n|---|--:|");
+    for (package, path) in guests::ALL.iter().filter(|(p, _)| p.starts_with("guest-bench-") || !p.starts_with("guest-"))
+    {
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        println!("| {package} | {} |", ns(bytes as f64));
+    }
+
+    let failures = FAILURES.load(Ordering::Relaxed);
+    if failures > 0 {
+        println!(
+            "\n{failures} call(s) or start(s) failed during this run (see stderr): on a loaded machine a preempted call can overrun the 100 ms wall-clock deadline."
+        );
+    }
+}
