@@ -97,7 +97,7 @@ async fn reload(State(admin): State<Admin>, headers: HeaderMap, Query(query): Qu
         },
         None => match admin.runtime.reload_config().await {
             Ok(report) => report,
-            Err(e) => return (StatusCode::UNPROCESSABLE_ENTITY, format!("{}\n", crate::runtime::error_chain(&e))).into_response(),
+            Err(e) => return (StatusCode::UNPROCESSABLE_ENTITY, format!("{}\n", crate::error_chain(&e))).into_response(),
         },
     };
     Json(report).into_response()

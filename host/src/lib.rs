@@ -14,3 +14,15 @@ pub mod replay;
 pub mod runtime;
 pub mod trigger;
 pub mod yaml;
+
+/// An error and its causes on one line: `error: cause: cause …` (logs, status, CLI output).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

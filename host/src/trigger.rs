@@ -52,7 +52,7 @@ async fn reload(runtime: &Runtime, why: &str) {
                 tracing::info!(plugin.id = %plugin, outcome = ?outcome, "reload outcome");
             }
         }
-        Err(e) => tracing::error!(error = %crate::runtime::error_chain(&e), "config not reloaded; the running plugins keep serving"),
+        Err(e) => tracing::error!(error = %crate::error_chain(&e), "config not reloaded; the running plugins keep serving"),
     }
 }
 

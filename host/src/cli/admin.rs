@@ -40,7 +40,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<20} {:<14} {:>6} {:>9} {:>8} {:>6} {:<7} {}", "PLUGIN", "VERSION", "SWAPS", "CALLS", "FAILED", "QUEUE", "SYNCED", "LAST ERROR");
+    println!("{:<20} {:<14} {:>6} {:>9} {:>8} {:>6} {:<7} LAST ERROR", "PLUGIN", "VERSION", "SWAPS", "CALLS", "FAILED", "QUEUE", "SYNCED");
     for p in body["plugins"].as_array().into_iter().flatten() {
         println!(
             "{:<20} {:<14} {:>6} {:>9} {:>8} {:>6} {:<7} {}",

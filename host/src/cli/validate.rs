@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use wasmformer::config::{ConfigError, HostConfig, Problem};
 use wasmformer::plugin::{LoadedPlugin, PluginEngine};
-use wasmformer::runtime::{self, error_chain};
+use wasmformer::error_chain;
+use wasmformer::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {

@@ -111,9 +111,9 @@ pub enum ScriptError {
     Parse {
         /// The file.
         path: PathBuf,
-        /// What is wrong, and where.
+        /// What is wrong, and where (boxed: the parser's error is large).
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
     /// A step or object is malformed.
     #[error("{at}: {reason}")]
@@ -154,7 +154,7 @@ impl Script {
     /// Reads a script from a YAML or JSON file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read { path: path.to_owned(), source })?;
-        Self::parse(&text).map_err(|source| ScriptError::Parse { path: path.to_owned(), source })
+        Self::parse(&text).map_err(|source| ScriptError::Parse { path: path.to_owned(), source: Box::new(source) })
     }
 
     /// Parses a script from YAML or JSON text.
