@@ -220,7 +220,7 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
         let report = runtime.apply_config(config(dir, &namespace, label, sleep_ms)?).await;
         calls.push(asked.elapsed().as_secs_f64() * 1e6);
         match &report.plugins[..] {
-            [(_, ReloadOutcome::Swapped { version, prepare_ms })] if *version == digests[label] => prepare.push(*prepare_ms as f64),
+            [(_, ReloadOutcome::Swapped { version, prepare_ms, .. })] if *version == digests[label] => prepare.push(*prepare_ms as f64),
             other => bail!("swap {k} to {label}: {other:?}"),
         }
         eprint!("\r{name}: {k}/{swaps} swaps");

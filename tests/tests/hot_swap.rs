@@ -1,6 +1,7 @@
 //! Hot swap (issue 6), the whole host in-process against the embedded dev cluster: a plugin
 //! swapped 50 times under sustained load loses, duplicates and reorders nothing and the API
-//! server sees no new list or watch; a broken new version leaves the old one serving; a new
+//! server sees no new list or watch; with `onSwap: replay` each new version gets the cache, then
+//! exactly the events after it; a broken new version leaves the old one serving; a new
 //! version replaces a crash-looping one without waiting out its backoff; plugins added and
 //! removed at run time start and stop their informers; the file watcher never swaps in a
 //! half-written module and does not miss a file written while a reload runs; SIGHUP reloads.
@@ -331,7 +332,131 @@ async fn fifty_swaps_under_load_lose_duplicate_and_reorder_nothing_and_do_not_re
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. A broken new version
+// 2. Replay swaps
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_after_it() {
+    const SWAPS: usize = 10;
+    const BASE: usize = 20;
+    let s = setup("replay").await;
+    let versions = Versions::new();
+    for i in 0..BASE {
+        s.cms.create(&PostParams::default(), &config_map(&format!("base-{i}"))).await.unwrap();
+    }
+    // 2 ms per event: slower than the load, so the old version has a backlog when it is swapped
+    // out, and the replay drops it.
+    let config_for = |label: &str| {
+        let entry = recorder_entry("rec", &format!("{label}.wasm"), "replay", &format!("{{tag: {label}, sleepMs: 2}}"));
+        parse(&format!("plugins:\n{entry}    onSwap: replay\n"), versions.dir.path())
+    };
+    let runtime = start(&s, config_for("v1")).await;
+    let mark = s.dev.request_log().last_seq();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let produced_count = Arc::new(AtomicUsize::new(0));
+    let producers: Vec<_> = (0..4)
+        .map(|p| tokio::spawn(churn(s.cms.clone(), s.dev.store().clone(), format!("r{p}"), 3, stop.clone(), produced_count.clone())))
+        .collect();
+    let (mut replayed, mut backlogs) = (Vec::new(), Vec::new());
+    for k in 1..=SWAPS {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let label = if k % 2 == 1 { "v2" } else { "v1" };
+        backlogs.push(status(&runtime, "rec").await.queue_depth);
+        match &runtime.apply_config(config_for(label)).await.plugins[..] {
+            [(_, ReloadOutcome::Swapped { version, replayed: Some(n), .. })] => {
+                assert_eq!(version, versions.digest(label), "swap {k}");
+                replayed.push(*n);
+            }
+            other => panic!("swap {k} to {label}: {other:?}"),
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut produced = Produced::new();
+    for producer in producers {
+        produced.extend(producer.await.unwrap());
+    }
+    assert!(backlogs.iter().any(|&b| b > 0), "no swap found a backlog to drop: {backlogs:?}");
+    // Every churned object is deleted by now; a few changes after the last swap leave the last
+    // version's view different from the cache it was given.
+    for i in 0..5 {
+        s.cms.create(&PostParams::default(), &config_map(&format!("after-{i}"))).await.unwrap();
+    }
+    s.cms.patch("base-0", &PatchParams::default(), &Patch::Merge(&json!({"data": {"n": "1"}}))).await.unwrap();
+    let mut last = (usize::MAX, Instant::now());
+    eventually(Duration::from_secs(60), "the last version to catch up", async || {
+        let logged = s.lines.load(Ordering::SeqCst);
+        if logged != last.0 {
+            last = (logged, Instant::now());
+        }
+        (last.1.elapsed() > Duration::from_millis(500) && status(&runtime, "rec").await.queue_depth == 0).then_some(())
+    })
+    .await;
+
+    // One run of events per version, each beginning with the cache as initial adds.
+    let received = s.recorded.events("rec");
+    let mut runs: Vec<(&str, Vec<&Value>)> = Vec::new();
+    for e in &received {
+        let tag = e["tag"].as_str().unwrap();
+        match runs.last_mut() {
+            Some((t, run)) if *t == tag => run.push(e),
+            _ => runs.push((tag, vec![e])),
+        }
+    }
+    assert_eq!(runs.len(), SWAPS + 1, "one run of events per version");
+    let mut last_state = BTreeMap::new();
+    for (k, (tag, run)) in runs.iter().enumerate() {
+        assert_eq!(*tag, if k % 2 == 0 { "v1" } else { "v2" }, "run {k}");
+        let initial = run.iter().take_while(|e| e["initial"] == true).count();
+        assert!(run[initial..].iter().all(|e| e["initial"] != true), "run {k}: the initial adds come first");
+        let expected = if k == 0 { BASE } else { replayed[k - 1] };
+        assert_eq!(initial, expected, "run {k}: as many initial adds as the swap replayed");
+        // Applied in order from an empty state, the run is consistent, and every change continues
+        // its object's history exactly from the version the run last saw: nothing lost,
+        // duplicated or reordered after the replayed state.
+        let mut state = BTreeMap::<String, String>::new();
+        for e in run {
+            let (name, event, rv) = (e["name"].as_str().unwrap().to_owned(), e["event"].as_str().unwrap(), e["resourceVersion"].as_str().unwrap().to_owned());
+            let history = produced.get(&name);
+            match event {
+                "add" if e["initial"] == true => {
+                    assert!(name.starts_with("base-") || history.is_some_and(|h| h.iter().any(|(_, r)| *r == rv)), "run {k}: unknown {name} {rv}");
+                }
+                "add" if name.starts_with("after-") => assert_eq!(k, SWAPS, "{name} was created after the last swap"),
+                "add" => assert_eq!(history.map(|h| &h[0]), Some(&("add".to_owned(), rv.clone())), "run {k}: live add of {name}"),
+                "update" if name == "base-0" => assert_eq!(k, SWAPS, "base-0 was changed after the last swap"),
+                _ => {
+                    let seen = state.get(&name).unwrap_or_else(|| panic!("run {k}: {event} of {name}, which the run never saw added"));
+                    let history = history.unwrap_or_else(|| panic!("run {k}: {event} of the unchanged {name}"));
+                    let at = history.iter().position(|(_, r)| r == seen).expect("a version of the history");
+                    assert_eq!(history.get(at + 1), Some(&(event.to_owned(), rv.clone())), "run {k}: {name} after {seen}");
+                }
+            }
+            if event == "delete" {
+                state.remove(&name);
+            } else {
+                assert!(event != "add" || !state.contains_key(&name), "run {k}: {name} added twice");
+                state.insert(name, rv);
+            }
+        }
+        last_state = state;
+    }
+    let relisted = s.dev.request_log().since(mark).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).count();
+    assert_eq!(relisted, 0, "a replay reads the cache, not the API server");
+    // The last version's view is the cluster's content.
+    let listed: BTreeMap<String, String> = s.cms.list(&Default::default()).await.unwrap().items.into_iter()
+        .map(|cm| (cm.metadata.name.unwrap(), cm.metadata.resource_version.unwrap()))
+        .collect();
+    assert_eq!(last_state, listed, "the last version's state");
+    assert_eq!(listed.len(), BASE + 5);
+
+    let st = status(&runtime, "rec").await;
+    assert_eq!((st.swaps, st.version.as_str(), st.failures), (SWAPS as u64, versions.digest("v1"), 0), "{st:?}");
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A broken new version
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_new_version_is_refused_and_the_old_one_keeps_serving() {
@@ -431,7 +556,7 @@ async fn a_new_version_replaces_a_backed_off_one_at_once_and_starts_with_a_clean
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. Plugins added and removed at run time
+// 4. Plugins added and removed at run time
 
 fn informed_resources(runtime: &Runtime) -> Vec<String> {
     runtime.informers().statuses().into_iter().map(|(key, _)| key.resource_name()).collect()
@@ -492,7 +617,7 @@ async fn plugins_added_and_removed_at_run_time_start_and_stop_their_informers() 
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. File changes seen by the trigger
+// 5. File changes seen by the trigger
 
 /// A config file in the versions folder, naming `plugin.wasm`.
 fn write_config(versions: &Versions, namespace: &str, config: &str) -> PathBuf {
@@ -617,7 +742,7 @@ async fn a_wasm_file_still_being_written_when_a_reload_ends_is_loaded_once_compl
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. SIGHUP
+// 6. SIGHUP
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_config() {

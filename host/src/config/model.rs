@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cache::{FieldPath, Gvk};
+use crate::dispatch::SwapMode;
 use crate::plugin::Limits;
 
 /// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
@@ -205,6 +206,11 @@ pub struct PluginConfig {
     /// coalesced (first old, last new); adds and deletes never are.
     #[serde(default = "default_max_queued_events")]
     pub max_queued_events: usize,
+    /// `onSwap: live` — what a new version receives first when it is swapped in: `live` (the
+    /// events after the swap; the default) or `replay` (the current cache as initial adds, to
+    /// rebuild in-memory state, then the events after it).
+    #[serde(default)]
+    pub on_swap: SwapMode,
     /// `config: {...}` — free-form; passed to the plugin's `init` as JSON.
     #[serde(default)]
     pub config: serde_json::Value,

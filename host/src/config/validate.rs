@@ -246,6 +246,7 @@ plugins:
     indexes:
       - {apiVersion: v1, kind: Pod, name: pods-by-node, field: spec.nodeName}
     limits: {deadline: 50ms}
+    onSwap: replay
     config: {verbose: true}
 "#;
 
@@ -258,6 +259,7 @@ plugins:
         assert_eq!(plugin.name.as_str(), "pod-logger");
         assert_eq!(plugin.limits.deadline.as_millis(), 50);
         assert_eq!(plugin.limits.memory_bytes, 64 << 20);
+        assert_eq!(plugin.on_swap, crate::dispatch::SwapMode::Replay);
         assert_eq!(plugin.handles[0].namespace.as_deref(), Some("shop"));
         assert_eq!(config.wasm_path(plugin), PathBuf::from("/etc/wasmformer/plugins/pod_logger.wasm"));
     }
@@ -279,6 +281,7 @@ plugins:
     wasm: b.wasm
     handles: []
     limits: {deadline: 0s, memoryByte: 1}
+  - {name: c, wasm: c.wasm, handles: [{apiVersion: v1, kind: Pod}], onSwap: rebuild}
 "#;
         let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -292,6 +295,7 @@ plugins:
         assert!(has("plugins[0].indexes[0].field", "invalid field path"), "{text:#?}");
         assert!(has("plugins[1].limits.memoryByte", "unknown field `memoryByte`"), "{text:#?}");
         assert!(has("plugins[1].handles", "at least one resource"), "{text:#?}");
+        assert!(has("plugins[2].onSwap", "unknown variant `rebuild`, expected `live` or `replay`"), "{text:#?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub use queue::{EventQueue, Item, Popped, SourceId, SourceSink};
 pub use status::{PluginStatus, StatusReport};
-pub use worker::{PluginWorker, Source};
+pub use worker::{PluginWorker, Source, SwapMode};
 
 use crate::cache::{Store, StoreSource};
 use crate::informer::{Lister, Subscription};
@@ -43,19 +43,19 @@ impl DispatchedPlugin {
         instance: PluginInstance,
         max_queued: usize,
         resync: Option<Duration>,
-        handled: Vec<(Source, Box<dyn FnOnce(Arc<SourceSink>) -> Subscription + Send>)>,
+        handled: Vec<Source>,
         listers: Vec<Lister>,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
         let queue = EventQueue::new(max_queued);
         let status = Arc::new(PluginStatus::default());
         status.loaded(instance.plugin().digest());
-        let (sources, subscribers): (Vec<Source>, Vec<_>) = handled.into_iter().unzip();
-        let worker = PluginWorker::start(instance, queue.clone(), sources, status.clone(), resync);
-        let subscriptions = subscribers
-            .into_iter()
+        let informers: Vec<_> = handled.iter().map(|source| source.lister.informer().clone()).collect();
+        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync);
+        let subscriptions = informers
+            .iter()
             .enumerate()
-            .map(|(source, subscribe)| subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
+            .map(|(source, informer)| informer.subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
             .collect();
         Self { name, queue, status, worker, subscriptions, listers }
     }
@@ -76,9 +76,9 @@ impl DispatchedPlugin {
     }
 
     /// Hands `instance` to the worker, which swaps it in between two events; the receiver is
-    /// told when that happened.
-    pub fn swap(&self, instance: PluginInstance) -> std::sync::mpsc::Receiver<()> {
-        self.worker.swap(instance)
+    /// told when that happened (with how many objects were replayed, for a replay swap).
+    pub fn swap(&self, instance: PluginInstance, mode: SwapMode) -> std::sync::mpsc::Receiver<Option<usize>> {
+        self.worker.swap(instance, mode)
     }
 
     /// Records a failed swap (the old version keeps running).

@@ -34,6 +34,15 @@ pub enum Item {
     },
 }
 
+impl Item {
+    /// Its subscription.
+    pub fn source(&self) -> SourceId {
+        match self {
+            Item::Event { source, .. } | Item::Synced { source } => *source,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     items: VecDeque<(u64, Item)>,
@@ -88,14 +97,39 @@ impl EventQueue {
         {
             return;
         }
+        Self::append(&mut state, item);
+        drop(state);
+        self.ready.notify_one();
+    }
+
+    fn append(state: &mut State, item: Item) {
         let seq = state.next_seq;
         state.next_seq += 1;
         if let Item::Event { source, event } = &item {
             state.latest.insert((*source, event.object().key().clone()), seq);
         }
         state.items.push_back((seq, item));
+    }
+
+    /// Replaces what `source` has queued with `objects` as initial adds, then `Synced` if
+    /// `synced` (a replay swap: the new version gets the current state, not the changes that led
+    /// to it); other sources' items keep their order. Returns how many items were dropped.
+    pub fn replay(&self, source: SourceId, objects: Vec<Arc<CachedObject>>, synced: bool) -> usize {
+        let mut state = self.lock();
+        if state.closed {
+            return 0;
+        }
+        let before = state.items.len();
+        let kept: Vec<Item> = std::mem::take(&mut state.items).into_iter().map(|(_, item)| item).filter(|item| item.source() != source).collect();
+        let dropped = before - kept.len();
+        state.latest.clear();
+        let replayed = objects.into_iter().map(|obj| Item::Event { source, event: Event::Add { obj, initial: true } });
+        for item in kept.into_iter().chain(replayed).chain(synced.then_some(Item::Synced { source })) {
+            Self::append(&mut state, item);
+        }
         drop(state);
         self.ready.notify_one();
+        dropped
     }
 
     /// Merges `new` into the object's latest queued event if that is an update.
@@ -287,6 +321,22 @@ mod tests {
         assert_eq!(queue.resync(0, vec![obj("a", 2), obj("b", 7)]), 1);
         assert_eq!(drain(&queue), ["update a 1->2", "update b 7->7"]);
         assert_eq!(queue.resync(0, vec![obj("a", 2)]), 1, "once delivered, a resyncs again");
+    }
+
+    #[test]
+    fn replay_replaces_one_sources_items_and_keeps_the_others_in_order() {
+        let queue = EventQueue::new(100);
+        queue.push(update("a", 1, 2));
+        queue.push(Item::Event { source: 1, event: Event::Add { obj: obj("x", 1), initial: false } });
+        queue.push(update("b", 1, 2));
+        queue.push(Item::Synced { source: 0 });
+        assert_eq!(queue.replay(0, vec![obj("a", 3), obj("c", 4)], true), 3);
+        assert_eq!(drain(&queue), ["add x 1", "add a 3", "add c 4", "synced 0"]);
+        // The replayed adds are the objects' latest events: a later update merges only past the
+        // limit, and a resync skips them.
+        queue.push(update("a", 3, 5));
+        assert_eq!(queue.resync(0, vec![obj("a", 5)]), 0);
+        assert_eq!(drain(&queue), ["update a 3->5"]);
     }
 
     #[test]

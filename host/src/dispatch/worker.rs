@@ -6,9 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+
 use super::queue::{EventQueue, Item, Popped, SourceId};
 use super::status::PluginStatus;
-use crate::cache::{Gvk, StoreSource};
+use crate::cache::Gvk;
+use crate::error_chain;
+use crate::informer::Lister;
 use crate::plugin::{Backoff, CallError, PluginInstance};
 
 /// What the worker knows of one subscription.
@@ -16,16 +20,31 @@ use crate::plugin::{Backoff, CallError, PluginInstance};
 pub struct Source {
     /// The kind it delivers.
     pub gvk: Gvk,
-    /// Its store, for resyncs.
-    pub store: Arc<dyn StoreSource>,
+    /// Its informer's store, for resyncs and replays.
+    pub lister: Lister,
+}
+
+/// What a new version receives first when it is swapped in (`onSwap:` in the config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SwapMode {
+    /// `live` — the events after the swap; what was queued for the old version goes on to the
+    /// new one.
+    #[default]
+    Live,
+    /// `replay` — the current cache as initial adds, then the events after it; what was queued
+    /// for the old version is dropped (its effect is in the cache).
+    Replay,
 }
 
 /// A new version waiting to replace the running one between two events.
 pub(crate) struct PendingSwap {
     /// The new version, started and `init`-ed.
     pub instance: PluginInstance,
-    /// Told when the swap happened.
-    pub done: std::sync::mpsc::Sender<()>,
+    /// Live or replay.
+    pub mode: SwapMode,
+    /// Told when the swap happened, with how many objects were replayed (replay swaps).
+    pub done: std::sync::mpsc::Sender<Option<usize>>,
 }
 
 /// Runs one plugin's deliveries on a dedicated thread (wasmtime calls are synchronous).
@@ -68,9 +87,9 @@ impl PluginWorker {
 
     /// Hands a started new version to the worker, which swaps it in before the next event and
     /// signals `done` (immediately if idle).
-    pub(crate) fn swap(&self, instance: PluginInstance) -> std::sync::mpsc::Receiver<()> {
+    pub(crate) fn swap(&self, instance: PluginInstance, mode: SwapMode) -> std::sync::mpsc::Receiver<Option<usize>> {
         let (done, swapped) = std::sync::mpsc::channel();
-        *self.swap.lock().expect("swap slot lock poisoned") = Some(PendingSwap { instance, done });
+        *self.swap.lock().expect("swap slot lock poisoned") = Some(PendingSwap { instance, mode, done });
         self.queue.wake();
         swapped
     }
@@ -98,6 +117,7 @@ impl Delivery {
         let mut backoff = Backoff::default();
         let mut next_resync = self.resync.map(|period| Instant::now() + period);
         loop {
+            // A swap happens here, between two events (a pending swap wakes `pop`).
             if self.take_swap() {
                 backoff = Backoff::default();
             }
@@ -106,18 +126,15 @@ impl Delivery {
                 Popped::Closed => break,
                 Popped::Woken => {}
                 Popped::Timeout => {
-                    if let (Some(period), Some(at)) = (self.resync, next_resync.as_mut()) {
-                        if Instant::now() >= *at {
-                            self.queue_resync();
-                            *at = Instant::now() + period;
-                        }
+                    if let (Some(period), Some(at)) = (self.resync, next_resync.as_mut())
+                        && Instant::now() >= *at
+                    {
+                        self.queue_resync();
+                        *at = Instant::now() + period;
                     }
                 }
                 Popped::Item(Item::Synced { source }) => self.mark_synced(source),
                 Popped::Item(Item::Event { source, event }) => {
-                    if self.take_swap() {
-                        backoff = Backoff::default();
-                    }
                     let gvk = &self.sources[source].gvk;
                     let started = Instant::now();
                     let result = self.instance.handle(gvk, &event);
@@ -133,24 +150,43 @@ impl Delivery {
                             self.queue.sleep(pause);
                         }
                     }
-                    self.status.called(result.err().map(|e| format!("{} {} {}: {}", event.kind(), gvk.kind, obj.key(), error_text(&e))));
+                    self.status.called(result.err().map(|e| format!("{} {} {}: {}", event.kind(), gvk.kind, obj.key(), error_chain(&e))));
                 }
             }
         }
         tracing::info!("plugin worker stopped");
     }
 
-    /// Swaps in the pending new version, if any; returns whether it did. A new version starts
-    /// with a clean slate: the caller resets the backoff its predecessor's failures built up.
+    /// Swaps in the pending new version, if any; returns whether it did. A replay swap replaces
+    /// what is queued with the current cache. A new version starts with a clean slate: the
+    /// caller resets the backoff its predecessor's failures built up.
     fn take_swap(&mut self) -> bool {
         let pending = self.swap.lock().expect("swap slot lock poisoned").take();
-        let Some(PendingSwap { instance, done }) = pending else { return false };
+        let Some(PendingSwap { instance, mode, done }) = pending else { return false };
         let digest = instance.plugin().digest().to_owned();
         let old = std::mem::replace(&mut self.instance, instance);
+        let replayed = (mode == SwapMode::Replay).then(|| self.replay());
         self.status.swapped(&digest);
-        tracing::info!(plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], "plugin version swapped in");
-        let _ = done.send(());
+        tracing::info!(
+            plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], replayed,
+            "plugin version swapped in"
+        );
+        let _ = done.send(replayed);
         true
+    }
+
+    /// Replaces each source's queued events with its informer's content as initial adds; returns
+    /// how many objects that is.
+    fn replay(&self) -> usize {
+        let mut replayed = 0;
+        for (source, info) in self.sources.iter().enumerate() {
+            info.lister.informer().replay(|objects, synced| {
+                replayed += objects.len();
+                let dropped = self.queue.replay(source, objects, synced);
+                tracing::debug!(resource = %info.gvk, queue.dropped = dropped, "queued events replaced by the cache");
+            });
+        }
+        replayed
     }
 
     fn mark_synced(&mut self, source: SourceId) {
@@ -165,25 +201,14 @@ impl Delivery {
 
     fn queue_resync(&self) {
         for (source, info) in self.sources.iter().enumerate() {
-            let queued = self.queue.resync(source, info.store.current().snapshot());
+            let queued = self.queue.resync(source, info.lister.store().snapshot());
             tracing::debug!(resource = %info.gvk, queued, "resync queued");
         }
     }
 }
 
-fn error_text(error: &CallError) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 fn log_failure(gvk: &Gvk, key: &crate::cache::ObjectKey, kind: &str, error: &CallError, failures: u32, pause: Duration) {
-    let cause = error_text(error);
+    let cause = error_chain(error);
     match error.trap_kind() {
         Some(trap) => tracing::error!(
             object.ref = %key, object.kind = %gvk.kind, event.kind = kind, trap = %trap, consecutive_failures = failures,

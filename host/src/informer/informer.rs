@@ -25,6 +25,7 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use super::delta::{Delta, DeltaSink, Reflector};
+use crate::cache::CachedObject;
 use super::watch::{ApiSource, EventStream, ListStrategy, WatchError};
 use super::{Error, InformerKey, Result, StoreOptions};
 use crate::cache::Store;
@@ -291,6 +292,14 @@ impl Informer {
         fanout.next_id += 1;
         fanout.sinks.push((id, sink));
         Subscription { informer: self.clone(), id }
+    }
+
+    /// Hands the current content, and whether the initial list is complete, to `replay` while no
+    /// delta is fanned out: what `replay` queues lines up exactly with the deltas after it, as a
+    /// new subscription's initial adds do.
+    pub fn replay(&self, replay: impl FnOnce(Vec<Arc<CachedObject>>, bool)) {
+        let fanout = self.core.lock();
+        replay(fanout.reflector.store().snapshot(), fanout.reflector.is_synced());
     }
 
     /// Makes the store carry `options` too: adds missing indexes (rebuilding the store, which

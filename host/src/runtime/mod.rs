@@ -18,6 +18,7 @@ pub use discovery::Discovery;
 pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
+use crate::error_chain;
 use crate::config::{HostConfig, KindRef, PluginConfig};
 use crate::dispatch::{DispatchedPlugin, Source, StatusReport};
 use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
@@ -169,10 +170,7 @@ impl Runtime {
         }
         for ((key, _), lister) in wiring.handled.iter().zip(&listers) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
-            let informer = lister.informer().clone();
-            let subscribe: Box<dyn FnOnce(Arc<crate::dispatch::SourceSink>) -> informer::Subscription + Send> =
-                Box::new(move |sink| informer.subscribe(sink));
-            handled.push((Source { gvk: key.gvk(), store: Arc::new(lister.clone()) }, subscribe));
+            handled.push(Source { gvk: key.gvk(), lister: lister.clone() });
         }
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
@@ -323,16 +321,3 @@ impl Runtime {
 fn gvk_of(resource: &ApiResource) -> Gvk {
     Gvk { group: resource.group.clone(), version: resource.version.clone(), kind: resource.kind.clone() }
 }
-
-/// `error: cause: cause …` on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-

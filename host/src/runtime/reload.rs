@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{Runtime, RuntimeError, error_chain};
+use super::{Runtime, RuntimeError};
+use crate::error_chain;
 use crate::config::{HostConfig, PluginConfig};
 
 /// What a reload did to one plugin.
@@ -23,6 +24,10 @@ pub enum ReloadOutcome {
         version: String,
         /// How long loading and `init` took (off the event path).
         prepare_ms: u64,
+        /// With `onSwap: replay`: how many cached objects the new version received as initial
+        /// adds.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replayed: Option<usize>,
     },
     /// The wasm and settings are unchanged: nothing to do.
     Unchanged,
@@ -96,13 +101,13 @@ impl Runtime {
             Ok(None) => ReloadOutcome::Unchanged,
             Ok(Some(instance)) => {
                 let version = instance.plugin().digest().to_owned();
-                let swapped = running.dispatched.swap(instance);
+                let swapped = running.dispatched.swap(instance, config.on_swap);
                 running.config = config;
                 drop(plugins);
                 // The worker swaps between two events: at most one call's deadline away.
-                let _ = tokio::task::spawn_blocking(move || swapped.recv()).await;
-                tracing::info!(plugin.id = %name, plugin.version = %&version[..12], prepare_ms, "plugin reloaded");
-                ReloadOutcome::Swapped { version, prepare_ms }
+                let replayed = tokio::task::spawn_blocking(move || swapped.recv()).await.ok().and_then(Result::ok).flatten();
+                tracing::info!(plugin.id = %name, plugin.version = %&version[..12], prepare_ms, replayed, "plugin reloaded");
+                ReloadOutcome::Swapped { version, prepare_ms, replayed }
             }
             Err(e) => {
                 let error = error_chain(&e);
