@@ -41,7 +41,7 @@ use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LoadedPlugin, LogLine, PluginEngine};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
 use wasmformer_devcluster::{DevCluster, DevClusterConfig, ObjectKey, Part, ResourceId, Store};
-use wasmformer_tests::guests;
+use wasmformer_tests::{guests, with_custom_section};
 
 /// ConfigMaps the producer changes in turn.
 const OBJECTS: usize = 16;
@@ -76,30 +76,6 @@ impl Options {
 
 // ---------------------------------------------------------------------------------------------
 // Two versions of the recorder
-
-/// `wasm` with a component custom section appended (id 0, size, name, payload).
-fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    let leb128 = |mut n: usize| {
-        let mut out = Vec::new();
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return out;
-            }
-            out.push(byte | 0x80);
-        }
-    };
-    let mut body = leb128(name.len());
-    body.extend_from_slice(name.as_bytes());
-    body.extend_from_slice(payload);
-    let mut out = wasm.to_vec();
-    out.push(0);
-    out.extend(leb128(body.len()));
-    out.extend(body);
-    out
-}
 
 /// Writes `v1.wasm` (the recorder as built) and `v2.wasm` (with a custom section) into `dir`.
 fn write_versions(dir: &Path) -> Result<BTreeMap<&'static str, String>> {

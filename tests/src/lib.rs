@@ -61,6 +61,16 @@ use std::time::{Duration, Instant};
 
 use wasmformer::plugin::{LogLine, LogObserver};
 
+/// `wasm` with a custom section appended: the same code, another content hash (hot-swap tests
+/// and benchmarks tell plugin versions apart this way).
+pub fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    use wasm_encoder::Encode;
+    let mut out = wasm.to_vec();
+    out.push(wasm_encoder::ComponentSectionId::CoreCustom as u8);
+    wasm_encoder::CustomSection { name: name.into(), data: payload.into() }.encode(&mut out);
+    out
+}
+
 /// Collects what plugins log; the recorder guest logs one JSON object per call.
 #[derive(Clone, Default)]
 pub struct Recorded {

@@ -25,7 +25,7 @@ use wasmformer::plugin::{LogLine, PluginEngine};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
 use wasmformer::trigger;
 use wasmformer_devcluster::{Deletion, DevCluster, DevClusterConfig, ObjectKey, Preconditions, ResourceId, Store, Verb};
-use wasmformer_tests::{Recorded, guests};
+use wasmformer_tests::{Recorded, guests, with_custom_section};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -34,32 +34,6 @@ static TRIGGERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------------------------------------
 // Plugin versions
-
-/// `wasm` with a component custom section appended: id 0, the body size, then the name (its
-/// length first) and the payload. The code is unchanged; the content hash is not.
-fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    let mut body = leb128(name.len());
-    body.extend_from_slice(name.as_bytes());
-    body.extend_from_slice(payload);
-    let mut out = wasm.to_vec();
-    out.push(0);
-    out.extend(leb128(body.len()));
-    out.extend(body);
-    out
-}
-
-fn leb128(mut n: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(byte);
-            return out;
-        }
-        out.push(byte | 0x80);
-    }
-}
 
 fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
