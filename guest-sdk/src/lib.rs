@@ -45,11 +45,12 @@ pub mod bindings {
         export_macro_name: "__export_plugin_bindings",
         default_bindings_module: "wasmformer_guest::bindings",
         runtime_path: "wasmformer_guest::__private::wit_bindgen::rt",
+        additional_derives: [PartialEq, Eq],
     });
 }
 
 /// The contract version this SDK builds plugins for (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// A plugin's event handlers, in client-go's terms. Every method defaults to doing nothing.
 ///

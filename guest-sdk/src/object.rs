@@ -1,5 +1,8 @@
 //! [`Object`]: the object a handler receives or the lister returns.
 
+use std::fmt;
+use std::sync::OnceLock;
+
 use serde::de::DeserializeOwned;
 
 use crate::bindings::wasmformer::plugin::types;
@@ -7,83 +10,162 @@ use crate::bindings::wasmformer::plugin::types;
 /// A kind of object: API group (empty for core), version and kind.
 pub type Gvk = types::Gvk;
 
+/// The fixed fields at the start of the packed `meta` string, in order.
+const FIXED: usize = 7;
+const NAMESPACE: usize = 3;
+const NAME: usize = 4;
+const UID: usize = 5;
+const RESOURCE_VERSION: usize = 6;
+
 /// One Kubernetes object from the host's cache.
 ///
-/// Identity and labels are plain fields (no parsing); [`Object::decode`] turns the JSON body into
-/// a k8s-openapi type (`Pod`, `Deployment`, …) or a `serde_json::Value`.
-#[derive(Debug, Clone)]
-pub struct Object(types::Object);
+/// Kind, identity and labels are read without parsing anything but one short string (the host
+/// sends them NUL-separated, so a call costs the same however many labels the object has);
+/// [`Object::decode`] turns the JSON body into a k8s-openapi type (`Pod`, `Deployment`, …) or a
+/// `serde_json::Value`.
+#[derive(Clone)]
+pub struct Object {
+    meta: String,
+    /// Where each fixed field ends in `meta`; the labels start one byte after the last.
+    ends: [usize; FIXED],
+    body: String,
+    /// Built on the first [`Object::kind`] call.
+    kind: OnceLock<Gvk>,
+}
 
 impl From<types::Object> for Object {
     fn from(inner: types::Object) -> Self {
-        Self(inner)
+        Self::packed(inner.meta, inner.body)
     }
 }
 
 impl Object {
+    fn packed(meta: String, body: String) -> Self {
+        let mut ends = [meta.len(); FIXED];
+        for (end, (at, _)) in ends.iter_mut().zip(meta.match_indices('\0')) {
+            *end = at;
+        }
+        Self { meta, ends, body, kind: OnceLock::new() }
+    }
+
     /// Builds an object from its parts; for tests and native benchmarks of plugin code.
-    pub fn new(
-        kind: Gvk,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        resource_version: &str,
-        labels: Vec<(String, String)>,
-        body: String,
-    ) -> Self {
-        Self(types::Object {
-            kind,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-            resource_version: resource_version.to_owned(),
-            labels,
-            body,
-        })
+    pub fn new(kind: &Gvk, namespace: &str, name: &str, uid: &str, resource_version: &str, labels: &[(&str, &str)], body: String) -> Self {
+        let fixed = [kind.group.as_str(), &kind.version, &kind.kind, namespace, name, uid, resource_version];
+        let fields: Vec<&str> = fixed.into_iter().chain(labels.iter().flat_map(|(k, v)| [*k, *v])).collect();
+        Self::packed(fields.join("\0"), body)
+    }
+
+    fn field(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { (self.ends[i - 1] + 1).min(self.meta.len()) };
+        &self.meta[start..self.ends[i]]
     }
 
     /// The object's group, version and kind.
     pub fn kind(&self) -> &Gvk {
-        &self.0.kind
+        self.kind.get_or_init(|| Gvk { group: self.field(0).to_owned(), version: self.field(1).to_owned(), kind: self.field(2).to_owned() })
     }
 
     /// `metadata.namespace`; empty for cluster-scoped objects.
     pub fn namespace(&self) -> &str {
-        &self.0.namespace
+        self.field(NAMESPACE)
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.0.name
+        self.field(NAME)
     }
 
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
-        &self.0.uid
+        self.field(UID)
     }
 
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> &str {
-        &self.0.resource_version
+        self.field(RESOURCE_VERSION)
     }
 
-    /// `metadata.labels`, in key order.
-    pub fn labels(&self) -> &[(String, String)] {
-        &self.0.labels
+    /// `metadata.labels` as `(key, value)` pairs, in key order.
+    pub fn labels(&self) -> Labels<'_> {
+        Labels { rest: self.meta.get(self.ends[FIXED - 1] + 1..).filter(|rest| !rest.is_empty()) }
     }
 
     /// The value of label `key`, if set.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.0.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The whole object as compact JSON.
     pub fn json(&self) -> &str {
-        &self.0.body
+        &self.body
     }
 
     /// Decodes the body into `T`: a k8s-openapi type, your own struct, or `serde_json::Value`.
     pub fn decode<T: DeserializeOwned>(&self) -> crate::Result<T> {
-        Ok(serde_json::from_str(&self.0.body)?)
+        Ok(serde_json::from_str(&self.body)?)
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object")
+            .field("kind", self.kind())
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
+            .field("uid", &self.uid())
+            .field("resource_version", &self.resource_version())
+            .field("labels", &self.labels().collect::<Vec<_>>())
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// An object's labels, in key order: see [`Object::labels`].
+#[derive(Debug, Clone)]
+pub struct Labels<'a> {
+    rest: Option<&'a str>,
+}
+
+impl<'a> Iterator for Labels<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (key, rest) = self.rest?.split_once('\0').unwrap_or((self.rest?, ""));
+        let (value, rest) = rest.split_once('\0').map_or((rest, None), |(value, rest)| (value, Some(rest)));
+        self.rest = rest;
+        Some((key, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Gvk {
+        Gvk { group: String::new(), version: "v1".into(), kind: "Pod".into() }
+    }
+
+    #[test]
+    fn reads_the_packed_fields_and_labels() {
+        let obj = Object::new(&pod(), "shop", "web-1", "u-1", "42", &[("app", "web"), ("tier", "")], "{}".into());
+        assert_eq!((obj.namespace(), obj.name(), obj.uid(), obj.resource_version()), ("shop", "web-1", "u-1", "42"));
+        assert_eq!(obj.kind(), &pod());
+        assert_eq!(obj.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "")]);
+        assert_eq!((obj.label("tier"), obj.label("app"), obj.label("nope")), (Some(""), Some("web"), None));
+    }
+
+    #[test]
+    fn empty_fields_and_no_labels() {
+        let obj = Object::new(&Gvk { group: "rbac.authorization.k8s.io".into(), version: "v1".into(), kind: "ClusterRole".into() }, "", "admin", "", "", &[], String::new());
+        assert_eq!((obj.namespace(), obj.name(), obj.uid(), obj.resource_version()), ("", "admin", "", ""));
+        assert_eq!(obj.kind().group, "rbac.authorization.k8s.io");
+        assert_eq!(obj.labels().count(), 0);
+    }
+
+    #[test]
+    fn a_short_meta_reads_as_empty_fields_rather_than_panicking() {
+        let obj = Object::from(types::Object { meta: "\0v1\0Pod".into(), body: String::new() });
+        assert_eq!((obj.kind().kind.as_str(), obj.name(), obj.resource_version()), ("Pod", "", ""));
+        assert_eq!(obj.labels().count(), 0);
     }
 }

@@ -139,20 +139,12 @@ impl Objects {
     }
 }
 
-/// The object a native handler receives: every field copied from the cached object, as the host
-/// copies them into the WIT record for a wasm call.
+/// The object a native handler receives: kind, identity and labels packed into one string and
+/// the body copied, as the host does for a wasm call.
 fn guest_object(gvk: &Gvk, obj: &CachedObject) -> wasmformer_guest::Object {
     let kind = wasmformer_guest::Gvk { group: gvk.group.clone(), version: gvk.version.clone(), kind: gvk.kind.clone() };
-    let labels = obj.labels().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    wasmformer_guest::Object::new(
-        kind,
-        obj.namespace(),
-        obj.name(),
-        obj.uid(),
-        obj.resource_version(),
-        labels,
-        obj.body().to_owned(),
-    )
+    let labels: Vec<(&str, &str)> = obj.labels().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    wasmformer_guest::Object::new(&kind, obj.namespace(), obj.name(), obj.uid(), obj.resource_version(), &labels, obj.body().to_owned())
 }
 
 fn load(engine: &PluginEngine, wasm: &str) -> LoadedPlugin {

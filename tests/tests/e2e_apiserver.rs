@@ -112,11 +112,19 @@ async fn plugins_receive_pods_configmaps_a_crd_and_cluster_scoped_objects_in_ord
     let pod_events = summary(&wait_until(&recorded, "pods", |e| e.last().is_some_and(|l| l == "delete p1")).await);
     assert_eq!(pod_events.last().unwrap(), "delete p1");
     assert_eq!(summary(&recorded.wait_for("configmaps", 3, WAIT).await), ["add c1", "update c1", "delete c1"]);
-    assert_eq!(summary(&recorded.wait_for("widgets", 2, WAIT).await), ["add w1", "delete w1"]);
-    assert_eq!(
-        summary(&recorded.wait_for("namespaces", 2, WAIT).await),
-        [format!("add {ns}-labelled"), format!("update {ns}-labelled")]
-    );
+    let widget_events = recorded.wait_for("widgets", 2, WAIT).await;
+    assert_eq!(summary(&widget_events), ["add w1", "delete w1"]);
+    assert_eq!((&widget_events[0]["group"], &widget_events[0]["version"], &widget_events[0]["kind"]), (&json!(group), &json!("v1"), &json!("Widget")));
+    let namespace_events = recorded.wait_for("namespaces", 2, WAIT).await;
+    assert_eq!(summary(&namespace_events), [format!("add {ns}-labelled"), format!("update {ns}-labelled")]);
+    // Identity and labels cross packed in one string (contract 0.2.0); the plugin reads them back
+    // as the API server has them.
+    let served = namespaces.get(&format!("{ns}-labelled")).await.unwrap();
+    let update = &namespace_events[1];
+    assert_eq!((&update["group"], &update["kind"], &update["namespace"]), (&json!(""), &json!("Namespace"), &json!("")));
+    assert_eq!(update["uid"], json!(served.metadata.uid.unwrap()));
+    assert_eq!(update["resourceVersion"], json!(served.metadata.resource_version.unwrap()));
+    assert_eq!(update["labels"], json!(served.metadata.labels.unwrap()), "labels as served, kubernetes.io/metadata.name included");
 
     // The lister answers what the API server answers for the same query.
     for name in ["l1", "l2", "l3"] {

@@ -74,6 +74,13 @@ pub enum ObjectError {
         /// The object.
         key: ObjectKey,
     },
+    /// Its namespace, name, uid, resourceVersion or a label holds a NUL character (which the
+    /// API server never accepts; plugins receive these fields NUL-separated).
+    #[error("metadata of {key} holds a NUL character")]
+    Nul {
+        /// The object.
+        key: ObjectKey,
+    },
 }
 
 /// One object in the cache: identity and labels extracted once, the body kept as compact JSON
@@ -114,6 +121,10 @@ impl CachedObject {
             None | Some(Value::Null) => BTreeMap::new(),
             Some(labels) => serde_json::from_value(labels.clone()).map_err(|_| ObjectError::BadLabels { key: key.clone() })?,
         };
+        let identity = [key.namespace.as_str(), key.name.as_str(), uid.as_str(), resource_version.as_str()];
+        if identity.into_iter().chain(labels.iter().flat_map(|(k, v): (&String, &String)| [k.as_str(), v.as_str()])).any(|f| f.contains('\0')) {
+            return Err(ObjectError::Nul { key });
+        }
         let index_values = indexes.iter().map(|spec| spec.path.values(&value).into_boxed_slice()).collect();
         Ok(Self { key, uid, resource_version, labels, body: value.to_string().into_boxed_str(), index_values })
     }
@@ -190,6 +201,15 @@ mod tests {
     fn rejects_objects_without_a_name() {
         assert!(matches!(CachedObject::from_value(json!({"metadata": {}}), true, &[]), Err(ObjectError::NoName)));
         assert!(matches!(CachedObject::from_value(json!([1]), true, &[]), Err(ObjectError::NotAnObject)));
+    }
+
+    #[test]
+    fn rejects_a_nul_in_the_fields_plugins_receive_nul_separated() {
+        for metadata in [json!({"name": "a\0b"}), json!({"name": "a", "uid": "\0"}), json!({"name": "a", "labels": {"k": "v\0"}})] {
+            let result = CachedObject::from_value(json!({ "metadata": metadata }), true, &[]);
+            assert!(matches!(result, Err(ObjectError::Nul { .. })), "{metadata}: {result:?}");
+        }
+        assert!(CachedObject::from_value(json!({"metadata": {"name": "a"}, "data": {"x": "\0"}}), true, &[]).is_ok(), "the body may hold one");
     }
 
     #[test]

@@ -199,8 +199,8 @@ mod tests {
 
     #[test]
     fn accepts_same_minor_of_zero_major() {
-        assert!(compatible("0.1.0") && compatible("0.1.7"));
-        assert!(!compatible("0.2.0") && !compatible("1.0.0") && !compatible("unversioned"));
-        assert_eq!(accepted_versions(), "wasmformer:plugin@0.1.x");
+        assert!(compatible("0.2.0") && compatible("0.2.7"));
+        assert!(!compatible("0.1.0") && !compatible("0.3.0") && !compatible("1.0.0") && !compatible("unversioned"));
+        assert_eq!(accepted_versions(), "wasmformer:plugin@0.2.x");
     }
 }

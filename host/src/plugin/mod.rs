@@ -36,5 +36,5 @@ pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// The WIT package this host implements.
 pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
-/// The contract version this host implements; plugins built for any `0.1.x` are accepted.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+/// The contract version this host implements; plugins built for any `0.2.x` are accepted.
+pub const CONTRACT_VERSION: &str = "0.2.0";

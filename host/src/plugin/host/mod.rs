@@ -98,19 +98,18 @@ impl WasiView for HostState {
 
 impl types::Host for HostState {}
 
-/// The WIT record for `obj` of kind `gvk`.
+/// The WIT record for `obj` of kind `gvk`: kind, identity and labels NUL-separated in `meta`
+/// (the cache refuses objects whose fields hold a NUL).
 pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
-    types::Object {
-        kind: wit_gvk(gvk),
-        namespace: obj.namespace().to_owned(),
-        name: obj.name().to_owned(),
-        uid: obj.uid().to_owned(),
-        resource_version: obj.resource_version().to_owned(),
-        labels: obj.labels().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        body: obj.body().to_owned(),
+    let fields = [&gvk.group, &gvk.version, &gvk.kind].map(String::as_str).into_iter()
+        .chain([obj.namespace(), obj.name(), obj.uid(), obj.resource_version()])
+        .chain(obj.labels().iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+    let mut meta = String::with_capacity(fields.clone().map(|f| f.len() + 1).sum());
+    for (i, field) in fields.enumerate() {
+        if i > 0 {
+            meta.push('\0');
+        }
+        meta.push_str(field);
     }
-}
-
-pub(crate) fn wit_gvk(gvk: &Gvk) -> types::Gvk {
-    types::Gvk { group: gvk.group.clone(), version: gvk.version.clone(), kind: gvk.kind.clone() }
+    types::Object { meta, body: obj.body().to_owned() }
 }

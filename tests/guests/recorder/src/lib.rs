@@ -21,6 +21,8 @@ impl Recorder {
         let mut line = json!({
             "tag": self.tag, "event": event, "namespace": obj.namespace(), "name": obj.name(),
             "uid": obj.uid(), "resourceVersion": obj.resource_version(), "kind": obj.kind().kind,
+            "group": obj.kind().group, "version": obj.kind().version,
+            "labels": obj.labels().collect::<std::collections::BTreeMap<_, _>>(),
         });
         if self.lookup {
             let seen = match lister::get_object(obj.kind(), obj.namespace(), obj.name()) {
