@@ -31,6 +31,10 @@ pub struct Object {
     body: String,
     /// Built on the first [`Object::kind`] call.
     kind: OnceLock<Gvk>,
+    /// Where each label key and value starts in `meta`, then one past the end of `meta`: found
+    /// on the first label read, so each later read is a slice and [`Object::label`] a binary
+    /// search (the host sends labels in key order).
+    label_starts: OnceLock<Box<[u32]>>,
 }
 
 impl From<types::Object> for Object {
@@ -45,7 +49,7 @@ impl Object {
         for (end, (at, _)) in ends.iter_mut().zip(meta.match_indices('\0')) {
             *end = at;
         }
-        Self { meta, ends, body, kind: OnceLock::new() }
+        Self { meta, ends, body, kind: OnceLock::new(), label_starts: OnceLock::new() }
     }
 
     /// Builds an object from its parts; for tests and native benchmarks of plugin code.
@@ -87,12 +91,36 @@ impl Object {
 
     /// `metadata.labels` as `(key, value)` pairs, in key order.
     pub fn labels(&self) -> Labels<'_> {
-        Labels { rest: self.meta.get(self.ends[FIXED - 1] + 1..).filter(|rest| !rest.is_empty()) }
+        let starts = self.label_starts();
+        Labels { meta: &self.meta, starts, next: 0, len: (starts.len().saturating_sub(1)) / 2 }
     }
 
     /// The value of label `key`, if set.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let labels = self.labels();
+        let (mut low, mut high) = (0, labels.len);
+        while low < high {
+            let mid = (low + high) / 2;
+            match labels.field(2 * mid).cmp(key) {
+                std::cmp::Ordering::Equal => return Some(labels.field(2 * mid + 1)),
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+            }
+        }
+        None
+    }
+
+    fn label_starts(&self) -> &[u32] {
+        self.label_starts.get_or_init(|| {
+            let from = self.ends[FIXED - 1] + 1;
+            let Some(section) = self.meta.get(from..) else { return Box::default() };
+            let mut starts = Vec::with_capacity(17);
+            starts.push(from as u32);
+            // A plain byte loop: fields are short, so restarting a memchr per field costs more.
+            starts.extend(section.bytes().enumerate().filter(|(_, b)| *b == 0).map(|(at, _)| (from + at + 1) as u32));
+            starts.push(self.meta.len() as u32 + 1);
+            starts.into_boxed_slice()
+        })
     }
 
     /// The whole object as compact JSON.
@@ -123,19 +151,37 @@ impl fmt::Debug for Object {
 /// An object's labels, in key order: see [`Object::labels`].
 #[derive(Debug, Clone)]
 pub struct Labels<'a> {
-    rest: Option<&'a str>,
+    meta: &'a str,
+    starts: &'a [u32],
+    next: usize,
+    len: usize,
+}
+
+impl<'a> Labels<'a> {
+    /// Label key (even `i`) or value (odd `i`) number `i`.
+    fn field(&self, i: usize) -> &'a str {
+        &self.meta[self.starts[i] as usize..self.starts[i + 1] as usize - 1]
+    }
 }
 
 impl<'a> Iterator for Labels<'a> {
     type Item = (&'a str, &'a str);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (key, rest) = self.rest?.split_once('\0').unwrap_or((self.rest?, ""));
-        let (value, rest) = rest.split_once('\0').map_or((rest, None), |(value, rest)| (value, Some(rest)));
-        self.rest = rest;
-        Some((key, value))
+        if self.next == self.len {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        Some((self.field(2 * i), self.field(2 * i + 1)))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len - self.next, Some(self.len - self.next))
     }
 }
+
+impl ExactSizeIterator for Labels<'_> {}
 
 #[cfg(test)]
 mod tests {
@@ -151,7 +197,15 @@ mod tests {
         assert_eq!((obj.namespace(), obj.name(), obj.uid(), obj.resource_version()), ("shop", "web-1", "u-1", "42"));
         assert_eq!(obj.kind(), &pod());
         assert_eq!(obj.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "")]);
-        assert_eq!((obj.label("tier"), obj.label("app"), obj.label("nope")), (Some(""), Some("web"), None));
+        assert_eq!((obj.label("tier"), obj.label("app"), obj.label("nope"), obj.label("")), (Some(""), Some("web"), None, None));
+        assert_eq!(obj.labels().len(), 2);
+        let many: Vec<(String, String)> = (0..9).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let obj = Object::new(&pod(), "ns", "n", "u", "1", &many, String::new());
+        for (k, v) in &many {
+            assert_eq!(obj.label(k), Some(*v), "{k}");
+        }
+        assert_eq!((obj.label("k"), obj.label("k10"), obj.label("z")), (None, None, None));
     }
 
     #[test]

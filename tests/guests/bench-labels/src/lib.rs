@@ -16,7 +16,7 @@ pub struct LabelCounter {
 
 impl Plugin for LabelCounter {
     fn on_add(&mut self, obj: &Object, _initial: bool) -> Result<()> {
-        self.labels += obj.labels().count() as u64;
+        self.labels += obj.labels().len() as u64;
         self.with_app += u64::from(obj.label("app").is_some());
         self.identity_bytes += (obj.name().len() + obj.namespace().len()) as u64;
         Ok(())
