@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::{sync::oneshot, task::JoinHandle};
 
@@ -143,6 +144,14 @@ impl DevCluster {
         let router = Router::new().fallback(handlers::handle).with_state(app);
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
+            // Watch events are small writes: without TCP_NODELAY, Nagle's algorithm holds each
+            // one back until the client's (delayed, ~40 ms) ACK of the previous one. Go's
+            // net/http, behind the real API server, sets it too.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+                }
+            });
             axum::serve(listener, router)
                 .with_graceful_shutdown(async {
                     let _ = stopped.await;
