@@ -215,64 +215,84 @@ async fn syncs_then_delivers_live_changes_with_selectors_pushed_down() {
     }
 }
 
+/// Both ways of fetching the initial content: LIST + WATCH, and a streaming list.
+const STRATEGIES: [ListStrategy; 2] = [ListStrategy::List, ListStrategy::Auto];
+
+/// The initial-content requests `strategy` makes: LISTs, or streaming watches.
+fn initial_requests(dev: &DevCluster, strategy: ListStrategy) -> usize {
+    match strategy {
+        ListStrategy::List => pod_requests(dev, Verb::List).len(),
+        _ => {
+            assert!(pod_requests(dev, Verb::List).is_empty(), "a streaming list needs no LIST");
+            streaming_requests(dev).len()
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_closed_watch_resumes_from_its_resource_version_without_relisting() {
-    let dev = dev_cluster().await;
-    let a = create_pod(&dev, "a", "web", "n1");
-    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
-    let recorder = Arc::new(Recorder::default());
-    let _sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
-    recorder.wait_for("synced").await;
-    let c = create_pod(&dev, "c", "web", "n1");
-    recorder.wait_for(&format!("add c@{c}")).await;
+    for strategy in STRATEGIES {
+        let dev = dev_cluster().await;
+        let a = create_pod(&dev, "a", "web", "n1");
+        let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
+        let recorder = Arc::new(Recorder::default());
+        let _sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        recorder.wait_for("synced").await;
+        let c = create_pod(&dev, "c", "web", "n1");
+        recorder.wait_for(&format!("add c@{c}")).await;
 
-    let log = dev.request_log();
-    let closed_at = log.last_seq();
-    dev.faults().close_watches(); // a clean end of the stream, as at a watch timeout
-    let rewatch = bounded("the re-watch", log.wait_for(closed_at, |r| r.is(Verb::Watch, "pods"))).await;
-    let d = create_pod(&dev, "d", "web", "n1");
-    let lines = recorder.wait_for(&format!("add d@{d}")).await;
+        let log = dev.request_log();
+        let closed_at = log.last_seq();
+        dev.faults().close_watches(); // a clean end of the stream, as at a watch timeout
+        let rewatch = bounded("the re-watch", log.wait_for(closed_at, |r| r.is(Verb::Watch, "pods"))).await;
+        let d = create_pod(&dev, "d", "web", "n1");
+        let lines = recorder.wait_for(&format!("add d@{d}")).await;
 
-    assert_eq!(lines, [format!("add a@{a}"), "synced".into(), format!("add c@{c}"), format!("add d@{d}")]);
-    assert_eq!(rewatch.param("resourceVersion"), Some(c.as_str()), "resumed after the last event seen: {rewatch:?}");
-    assert_eq!(pod_requests(&dev, Verb::Watch).len(), 2);
-    assert_eq!(pod_requests(&dev, Verb::List).len(), 1, "no relist");
+        assert_eq!(lines, [format!("add a@{a}"), "synced".into(), format!("add c@{c}"), format!("add d@{d}")], "{strategy:?}");
+        assert_eq!(rewatch.param("resourceVersion"), Some(c.as_str()), "{strategy:?}: resumed after the last event seen: {rewatch:?}");
+        assert_eq!(rewatch.param("sendInitialEvents"), None, "{strategy:?}: a resumption, not a new streaming list");
+        assert_eq!(pod_requests(&dev, Verb::Watch).len(), 2, "{strategy:?}");
+        assert_eq!(initial_requests(&dev, strategy), 1, "{strategy:?}: no relist");
+    }
 }
 
 #[tokio::test]
 async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
-    let dev = dev_cluster().await;
-    let [a, b, c] = ["a", "b", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
-    let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
-    let recorder = Arc::new(Recorder::default());
-    let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
-    recorder.wait_for("synced").await;
+    for strategy in STRATEGIES {
+        let dev = dev_cluster().await;
+        let [a, b, c] = ["a", "b", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
+        let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
+        let recorder = Arc::new(Recorder::default());
+        let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        recorder.wait_for("synced").await;
 
-    // The informer misses b's deletion, c's change and d's creation, and the history that would
-    // replay them is gone by the time its re-watch is served: 410 Gone.
-    let faults = dev.faults();
-    faults.pause();
-    faults.close_watches();
-    delete_pod(&dev, "b");
-    let c_touched = touch_pod(&dev, "c");
-    let d = create_pod(&dev, "d", "web", "n1");
-    faults.compact();
-    faults.resume();
+        // The informer misses b's deletion, c's change and d's creation, and the history that
+        // would replay them is gone by the time its re-watch is served: 410 Gone.
+        let faults = dev.faults();
+        faults.pause();
+        faults.close_watches();
+        delete_pod(&dev, "b");
+        let c_touched = touch_pod(&dev, "c");
+        let d = create_pod(&dev, "d", "web", "n1");
+        faults.compact();
+        faults.resume();
 
-    let lines = recorder.wait_for(&format!("add d@{d}")).await;
-    let expected = [
-        format!("add a@{a}"),
-        format!("add b@{b}"),
-        format!("add c@{c}"),
-        "synced".into(),
-        format!("delete b@{b} unknown"),
-        format!("update c@{c_touched}"),
-        format!("add d@{d}"),
-    ];
-    assert_eq!(lines, expected);
-    assert_eq!(pod_requests(&dev, Verb::List).len(), 2);
-    let status = subscription.informer().status();
-    assert_eq!((status.relists, status.errors, status.objects), (1, 1, 3));
+        let lines = recorder.wait_for(&format!("add d@{d}")).await;
+        let expected = [
+            format!("add a@{a}"),
+            format!("add b@{b}"),
+            format!("add c@{c}"),
+            "synced".into(),
+            format!("delete b@{b} unknown"),
+            format!("update c@{c_touched}"),
+            format!("add d@{d}"),
+        ];
+        assert_eq!(lines, expected, "{strategy:?}");
+        assert_eq!(initial_requests(&dev, strategy), 2, "{strategy:?}");
+        let status = subscription.informer().status();
+        assert_eq!((status.relists, status.errors, status.objects), (1, 1, 3), "{strategy:?}");
+        assert!(status.last_error.unwrap().message.contains("410 Gone"), "{strategy:?}");
+    }
 }
 
 #[tokio::test]
@@ -311,15 +331,18 @@ async fn a_server_at_1_34_gets_a_streaming_list() {
     let dev = dev_cluster().await;
     create_pod(&dev, "a", "web", "n1");
     create_pod(&dev, "b", "web", "n1");
+    create_pod(&dev, "z", "db", "n1");
     let client = dev.client().unwrap();
     let version = client.apiserver_version().await.unwrap();
     assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "34"), "the dev cluster reports 1.34");
     let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    let informer = factory.informer(InformerKey::new(pods(), true).labels("app=web"), &StoreOptions::default()).unwrap();
     bounded("the streaming list", informer.wait_synced()).await;
-    assert_eq!(informer.store().len(), 2);
+    assert_eq!(informer.store().len(), 2, "the selector went to the server: z is not listed");
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::Streaming));
-    assert_eq!(streaming_requests(&dev).len(), 1);
+    let streaming = streaming_requests(&dev);
+    assert_eq!(streaming.len(), 1);
+    assert_eq!(streaming[0].param("labelSelector"), Some("app=web"), "{:?}", streaming[0]);
     assert!(pod_requests(&dev, Verb::List).is_empty(), "{:?}", dev.request_log().records());
 }
 
