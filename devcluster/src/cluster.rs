@@ -8,8 +8,8 @@ use std::{
     time::Duration,
 };
 
-use axum::serve::ListenerExt;
 use axum::Router;
+use axum::serve::ListenerExt;
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{

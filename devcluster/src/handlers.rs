@@ -309,6 +309,9 @@ async fn resource(
     let view = view_of(&parts.headers, query);
     let namespace = path.namespace.as_deref();
     let key = |name: &str| ObjectKey::new(ty.id.clone(), namespace, name);
+    let respond = |code: StatusCode, object: &Arc<Value>| {
+        Ok(object_response(code, &ty, &api_version, object, view))
+    };
     let store = &app.store;
     match (verb, path.name.as_deref()) {
         (Verb::List, _) => {
@@ -330,35 +333,17 @@ async fn resource(
         }
         (Verb::Get, Some(name)) => {
             let object = store.get(&key(name))?;
-            Ok(object_response(
-                StatusCode::OK,
-                &ty,
-                &api_version,
-                &object,
-                view,
-            ))
+            respond(StatusCode::OK, &object)
         }
         (Verb::Create, None) => {
             let object = parse_object(&read_body(body).await?)?;
             let created = store.create(&ty.id, namespace, object)?;
-            Ok(object_response(
-                StatusCode::CREATED,
-                &ty,
-                &api_version,
-                &created,
-                view,
-            ))
+            respond(StatusCode::CREATED, &created)
         }
         (Verb::Update, Some(name)) => {
             let object = parse_object(&read_body(body).await?)?;
             let updated = store.replace(&key(name), object, part)?;
-            Ok(object_response(
-                StatusCode::OK,
-                &ty,
-                &api_version,
-                &updated,
-                view,
-            ))
+            respond(StatusCode::OK, &updated)
         }
         (Verb::Patch, Some(name)) => {
             let content_type = parts
@@ -375,7 +360,7 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(object_response(code, &ty, &api_version, &patched, view))
+            respond(code, &patched)
         }
         (Verb::Delete, Some(name)) => {
             let preconditions = delete_options(&read_body(body).await?)?;
@@ -383,13 +368,7 @@ async fn resource(
                 Deletion::Deleted(object) => {
                     Ok(json_response(StatusCode::OK, &deleted_status(&ty, &object)))
                 }
-                Deletion::Finalizing(object) => Ok(object_response(
-                    StatusCode::OK,
-                    &ty,
-                    &api_version,
-                    &object,
-                    view,
-                )),
+                Deletion::Finalizing(object) => respond(StatusCode::OK, &object),
             }
         }
         (Verb::DeleteCollection, None) => {
