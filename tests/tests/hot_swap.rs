@@ -24,7 +24,7 @@ use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LogLine, PluginEngine};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
 use wasmformer::trigger;
-use wasmformer_devcluster::{Deletion, DevCluster, DevClusterConfig, ObjectKey, Preconditions, ResourceId, Store, Verb};
+use wasmformer_devcluster::{Deletion, DevCluster, DevClusterConfig, ObjectKey, Preconditions, RequestRecord, ResourceId, Store, Verb};
 use wasmformer_tests::{Recorded, guests, with_custom_section};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -155,6 +155,26 @@ async fn eventually<T>(timeout: Duration, what: &str, mut check: impl AsyncFnMut
     }
 }
 
+/// Waits until plugin `rec` has logged `expected` lines, or its log has held still for `quiet`
+/// with nothing queued (then the caller's comparison says what is missing).
+async fn until_delivered(s: &Setup, runtime: &Runtime, expected: usize, quiet: Duration) {
+    let mut progress = (usize::MAX, Instant::now());
+    eventually(Duration::from_secs(60), "the plugin to receive the events", async || {
+        let logged = s.lines.load(Ordering::SeqCst);
+        if logged != progress.0 {
+            progress = (logged, Instant::now());
+        }
+        let stalled = progress.1.elapsed() > quiet && status(runtime, "rec").await.queue_depth == 0;
+        (logged >= expected || stalled).then_some(())
+    })
+    .await;
+}
+
+/// The LISTs and WATCHes of ConfigMaps the dev cluster served after request `mark`.
+fn configmap_lists_and_watches(s: &Setup, mark: u64) -> Vec<RequestRecord> {
+    s.dev.request_log().since(mark).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).collect()
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. Fifty swaps under sustained load
 
@@ -246,16 +266,7 @@ async fn fifty_swaps_under_load_lose_duplicate_and_reorder_nothing_and_do_not_re
 
     // Wait for every event, or for the stream to have stopped short of it (then the comparison
     // below says what is missing); let anything extra (a duplicate) arrive before comparing.
-    let mut progress = (usize::MAX, Instant::now());
-    eventually(Duration::from_secs(60), "the plugin to receive the events", async || {
-        let logged = s.lines.load(Ordering::SeqCst);
-        if logged != progress.0 {
-            progress = (logged, Instant::now());
-        }
-        let stalled = progress.1.elapsed() > Duration::from_secs(2) && status(&runtime, "rec").await.queue_depth == 0;
-        (logged >= total || stalled).then_some(())
-    })
-    .await;
+    until_delivered(&s, &runtime, total, Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let received = s.recorded.events("rec");
     eprintln!(
@@ -298,7 +309,7 @@ async fn fifty_swaps_under_load_lose_duplicate_and_reorder_nothing_and_do_not_re
     assert_eq!((st.swaps, st.version.as_str(), st.failures), (SWAPS as u64, versions.digest("v1"), 0), "{st:?}");
     assert!(st.last_swap_error.is_none(), "{st:?}");
 
-    let relisted: Vec<_> = s.dev.request_log().since(mark).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).collect();
+    let relisted = configmap_lists_and_watches(&s, mark);
     assert!(relisted.is_empty(), "swaps must not touch the informer: {relisted:#?}");
     assert!(total >= MIN_EVENTS);
     runtime.shutdown().await;
@@ -356,15 +367,7 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
         s.cms.create(&PostParams::default(), &config_map(&format!("after-{i}"))).await.unwrap();
     }
     s.cms.patch("base-0", &PatchParams::default(), &Patch::Merge(&json!({"data": {"n": "1"}}))).await.unwrap();
-    let mut last = (usize::MAX, Instant::now());
-    eventually(Duration::from_secs(60), "the last version to catch up", async || {
-        let logged = s.lines.load(Ordering::SeqCst);
-        if logged != last.0 {
-            last = (logged, Instant::now());
-        }
-        (last.1.elapsed() > Duration::from_millis(500) && status(&runtime, "rec").await.queue_depth == 0).then_some(())
-    })
-    .await;
+    until_delivered(&s, &runtime, usize::MAX, Duration::from_millis(500)).await;
 
     // One run of events per version, each beginning with the cache as initial adds.
     let received = s.recorded.events("rec");
@@ -414,8 +417,8 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
         }
         last_state = state;
     }
-    let relisted = s.dev.request_log().since(mark).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).count();
-    assert_eq!(relisted, 0, "a replay reads the cache, not the API server");
+    let relisted = configmap_lists_and_watches(&s, mark);
+    assert!(relisted.is_empty(), "a replay reads the cache, not the API server: {relisted:#?}");
     // The last version's view is the cluster's content.
     let listed: BTreeMap<String, String> = s.cms.list(&Default::default()).await.unwrap().items.into_iter()
         .map(|cm| (cm.metadata.name.unwrap(), cm.metadata.resource_version.unwrap()))
@@ -578,8 +581,7 @@ async fn plugins_added_and_removed_at_run_time_start_and_stop_their_informers() 
     assert_eq!(outcomes(runtime.apply_config(with(&[pods_entry, &a])).await), ["cms-a: Added", "pods: Unchanged"]);
     assert!(runtime.wait_synced(WAIT).await);
     assert_eq!(informed_resources(&runtime), ["configmaps", "pods"]);
-    let relisted = s.dev.request_log().since(gone).into_iter().filter(|r| r.is(Verb::List, "configmaps") || r.is(Verb::Watch, "configmaps")).count();
-    assert!(relisted >= 1, "a re-added informer lists again");
+    assert!(!configmap_lists_and_watches(&s, gone).is_empty(), "a re-added informer lists again");
     // cms-a saw "one" live before it was removed; now it gets the whole cache as initial adds.
     let events = s.recorded.wait_for("cms-a", 4, WAIT).await;
     let mut initial: Vec<_> = events[1..].iter().map(|e| (e["name"].as_str().unwrap(), e["initial"] == true)).collect();

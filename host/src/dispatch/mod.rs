@@ -37,7 +37,7 @@ pub struct DispatchedPlugin {
 }
 
 impl DispatchedPlugin {
-    /// Starts the worker for `instance`, then subscribes: each subscription first queues the
+    /// Subscribes, then starts the worker for `instance`: each subscription first queues the
     /// informer's current content as initial adds, then live deltas.
     pub fn start(
         instance: PluginInstance,
@@ -50,13 +50,12 @@ impl DispatchedPlugin {
         let queue = EventQueue::new(max_queued);
         let status = Arc::new(PluginStatus::default());
         status.loaded(instance.plugin().digest());
-        let informers: Vec<_> = handled.iter().map(|source| source.lister.informer().clone()).collect();
-        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync);
-        let subscriptions = informers
+        let subscriptions = handled
             .iter()
             .enumerate()
-            .map(|(source, informer)| informer.subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
+            .map(|(source, info)| info.lister.informer().subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
             .collect();
+        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync);
         Self { name, queue, status, worker, subscriptions, listers }
     }
 

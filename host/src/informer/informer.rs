@@ -25,10 +25,9 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use super::delta::{Delta, DeltaSink, Reflector};
-use crate::cache::CachedObject;
 use super::watch::{ApiSource, EventStream, ListStrategy, WatchError};
 use super::{Error, InformerKey, Result, StoreOptions};
-use crate::cache::Store;
+use crate::cache::{CachedObject, Store};
 
 /// The most recent watch failure.
 #[derive(Debug, Clone, PartialEq, Eq)]

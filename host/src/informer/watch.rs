@@ -184,16 +184,7 @@ impl WatchError {
         match (self, status_message(source)) {
             (WatchError::Forbidden { .. }, _) => self.to_string(),
             (_, Some(message)) if !message.is_empty() => format!("{self}: {message}"),
-            _ => {
-                let mut text = self.to_string();
-                let mut cause: Option<&dyn std::error::Error> = Some(source);
-                while let Some(err) = cause {
-                    text.push_str(": ");
-                    text.push_str(&err.to_string());
-                    cause = err.source();
-                }
-                text
-            }
+            _ => crate::error_chain(self),
         }
     }
 }
