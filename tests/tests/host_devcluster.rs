@@ -94,6 +94,39 @@ async fn plugins_see_initial_adds_then_live_events_in_order_and_the_lister_agree
     s.dev.shutdown().await.unwrap();
 }
 
+/// Issue 18, item 1: a plugin with two subscriptions of one kind reads the union of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lister_get_finds_the_handed_object_whichever_of_two_subscriptions_of_its_kind_delivered_it() {
+    let s = setup("east").await;
+    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some("west".into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(s.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let west: Api<Pod> = Api::namespaced(s.client.clone(), "west");
+    s.pods.create(&PostParams::default(), &pod("e0")).await.unwrap();
+    west.create(&PostParams::default(), &pod("w0")).await.unwrap();
+    let yaml = format!(
+        "plugins:\n  - name: rec\n    wasm: {}\n    handles:\n      - {{apiVersion: v1, kind: Pod, namespace: east}}\n      \
+         - {{apiVersion: v1, kind: Pod, namespace: west}}\n    config: {{lookup: true}}\n",
+        guests::RECORDER
+    );
+    let runtime = start(&s, &yaml).await;
+    s.pods.create(&PostParams::default(), &pod("e1")).await.unwrap();
+    west.create(&PostParams::default(), &pod("w1")).await.unwrap();
+    let patch = json!({"metadata": {"labels": {"tier": "front"}}});
+    west.patch("w1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+
+    let events = s.recorded.wait_for("rec", 5, WAIT).await;
+    let mut seen: Vec<String> = events.iter().map(|e| format!("{}/{}", e["namespace"].as_str().unwrap(), e["name"].as_str().unwrap())).collect();
+    seen.sort();
+    assert_eq!(seen, ["east/e0", "east/e1", "west/w0", "west/w1", "west/w1"]);
+    let rv = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<u64>().ok());
+    for event in &events {
+        let (handed, read) = (rv(&event["resourceVersion"]).unwrap(), rv(&event["listerResourceVersion"]));
+        assert!(read.is_some_and(|read| read >= handed), "lister.get inside the handler missed the handed object: {event}");
+    }
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_plugin_does_not_delay_another() {
     let s = setup("slow").await;

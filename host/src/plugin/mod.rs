@@ -29,7 +29,7 @@ pub(crate) mod bindings {
 pub use backoff::Backoff;
 pub use engine::PluginEngine;
 pub use error::{CallError, LoadError, TrapKind};
-pub use host::{Grants, LogLine, LogObserver, LogSource};
+pub use host::{Granted, Grants, LogLine, LogObserver, LogSource};
 pub use instance::{Event, PluginInstance};
 pub use limits::Limits;
 pub use load::{ContractInfo, LoadedPlugin, inspect};

@@ -15,7 +15,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-pub use lister::Grants;
+pub use lister::{Granted, Grants};
 pub(crate) use log::LogSink;
 pub use log::{LogLine, LogObserver, LogSource};
 
