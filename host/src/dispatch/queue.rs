@@ -145,17 +145,31 @@ impl EventQueue {
     }
 
     /// Queues a resync of `objects` as updates with old == new, skipping objects that have an
-    /// event queued already (like client-go, a resync never overtakes a real change).
+    /// event queued already (like client-go, a resync never overtakes a real change). The check
+    /// and the appends happen under one lock, so no live push lands between them; the caller
+    /// takes `objects` under the informer's fan-out lock (see [`Informer::replay`]), so the
+    /// snapshot is never ahead of what the informer has pushed here.
+    ///
+    /// [`Informer::replay`]: crate::informer::Informer::replay
     pub fn resync(&self, source: SourceId, objects: Vec<Arc<CachedObject>>) -> usize {
-        let pending: Vec<Arc<CachedObject>> = {
-            let state = self.lock();
-            objects.into_iter().filter(|o| !state.latest.contains_key(&(source, o.key().clone()))).collect()
-        };
-        let count = pending.len();
-        for obj in pending {
-            self.push(Item::Event { source, event: Event::Update { old: obj.clone(), new: obj } });
+        let mut state = self.lock();
+        if state.closed {
+            return 0;
         }
-        count
+        let mut queued = 0;
+        for obj in objects {
+            if state.latest.contains_key(&(source, obj.key().clone())) {
+                continue;
+            }
+            // Nothing is queued for the object, so there is nothing to merge with: append.
+            Self::append(&mut state, Item::Event { source, event: Event::Update { old: obj.clone(), new: obj } });
+            queued += 1;
+        }
+        drop(state);
+        if queued > 0 {
+            self.ready.notify_one();
+        }
+        queued
     }
 
     /// The next item, waiting up to `timeout` (forever when `None`).
