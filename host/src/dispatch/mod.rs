@@ -39,12 +39,19 @@ pub struct DispatchedPlugin {
 impl DispatchedPlugin {
     /// Subscribes, then starts the worker for `instance`: each subscription first queues the
     /// informer's current content as initial adds, then live deltas.
+    ///
+    /// `previous` is the version this one replaces with other subscriptions (a re-subscription):
+    /// the new worker first stops it (it delivers what it has queued within `stop_timeout`, see
+    /// [`DispatchedPlugin::stop`]) and only then delivers, so at most one version of a plugin
+    /// handles events at any instant. The new subscriptions are in place before the old ones are
+    /// dropped: informers both use keep running, and the new queue misses nothing meanwhile.
     pub fn start(
         instance: PluginInstance,
         max_queued: usize,
         resync: Option<Duration>,
         handled: Vec<Source>,
         listers: Vec<Lister>,
+        previous: Option<(DispatchedPlugin, Duration)>,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
         let queue = EventQueue::new(max_queued);
@@ -55,7 +62,8 @@ impl DispatchedPlugin {
             .enumerate()
             .map(|(source, info)| info.lister.informer().subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
             .collect();
-        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync);
+        let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> { Box::new(move || previous.stop(timeout)) });
+        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync, before);
         Self { name, queue, status, worker, subscriptions, listers }
     }
 

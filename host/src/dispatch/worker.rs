@@ -49,6 +49,7 @@ pub(crate) struct PendingSwap {
 
 /// Runs one plugin's deliveries on a dedicated thread (wasmtime calls are synchronous).
 pub struct PluginWorker {
+    name: Arc<str>,
     thread: Option<JoinHandle<()>>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     queue: Arc<EventQueue>,
@@ -66,13 +67,15 @@ struct Delivery {
 }
 
 impl PluginWorker {
-    /// Starts delivering from `queue` to `instance`.
+    /// Starts delivering from `queue` to `instance`, after running `before` (if any) on the
+    /// worker's thread: stopping the version this one replaces.
     pub fn start(
         instance: PluginInstance,
         queue: Arc<EventQueue>,
         sources: Vec<Source>,
         status: Arc<PluginStatus>,
         resync: Option<Duration>,
+        before: Option<Box<dyn FnOnce() + Send>>,
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let swap = Arc::new(Mutex::new(None));
@@ -80,16 +83,23 @@ impl PluginWorker {
         let delivery = Delivery { name: name.clone(), instance, queue: queue.clone(), sources, status, swap: swap.clone(), resync, unsynced };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
-            .spawn(move || delivery.run())
+            .spawn(move || {
+                if let Some(before) = before {
+                    before();
+                }
+                delivery.run()
+            })
             .expect("spawn plugin worker thread");
-        Self { thread: Some(thread), swap, queue }
+        Self { name, thread: Some(thread), swap, queue }
     }
 
     /// Hands a started new version to the worker, which swaps it in before the next event and
-    /// signals `done` (immediately if idle).
+    /// signals `done` (immediately if idle). The runtime's reload task offers one swap at a time
+    /// and awaits it, so the slot is empty here: no pending swap is ever overwritten.
     pub(crate) fn swap(&self, instance: PluginInstance, mode: SwapMode) -> std::sync::mpsc::Receiver<Option<usize>> {
         let (done, swapped) = std::sync::mpsc::channel();
-        *self.swap.lock().expect("swap slot lock poisoned") = Some(PendingSwap { instance, mode, done });
+        let overwritten = self.swap.lock().expect("swap slot lock poisoned").replace(PendingSwap { instance, mode, done });
+        debug_assert!(overwritten.is_none(), "a swap was offered while another was pending");
         self.queue.wake();
         swapped
     }
@@ -105,7 +115,7 @@ impl PluginWorker {
         }
         if !thread.is_finished() {
             let dropped = self.queue.abandon();
-            tracing::warn!(queue.dropped = dropped, "plugin queue not drained before the shutdown deadline");
+            tracing::warn!(plugin.id = %self.name, queue.dropped = dropped, "plugin queue not drained before the shutdown deadline");
         }
         let _ = thread.join();
     }
@@ -200,10 +210,19 @@ impl Delivery {
     }
 
     fn queue_resync(&self) {
-        for (source, info) in self.sources.iter().enumerate() {
-            let queued = self.queue.resync(source, info.lister.store().snapshot());
-            tracing::debug!(resource = %info.gvk, queued, "resync queued");
-        }
+        resync(&self.queue, &self.sources);
+    }
+}
+
+/// Queues a resync of every source into `queue`. Each source's snapshot is taken and queued
+/// under its informer's fan-out lock, as a replay swap's is: no live delta falls between the
+/// snapshot and the queued updates, so a resync never follows a real change with the state
+/// before it.
+fn resync(queue: &EventQueue, sources: &[Source]) {
+    for (source, info) in sources.iter().enumerate() {
+        let mut queued = 0;
+        info.lister.informer().replay(|objects, _synced| queued = queue.resync(source, objects));
+        tracing::debug!(resource = %info.gvk, queued, "resync queued");
     }
 }
 
@@ -218,5 +237,134 @@ fn log_failure(gvk: &Gvk, key: &crate::cache::ObjectKey, kind: &str, error: &Cal
             object.ref = %key, object.kind = %gvk.kind, event.kind = kind, consecutive_failures = failures,
             backoff = ?pause, error = %cause, "plugin handler failed"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{Receiver, Sender, channel};
+
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::dispatch::SourceSink;
+    use crate::informer::{Delta, DeltaSink, Informer, InformerKey, StoreOptions};
+
+    fn pod(rv: u64) -> Value {
+        json!({"metadata": {"namespace": "ns", "name": "a", "uid": "uid-a", "resourceVersion": rv.to_string()}})
+    }
+
+    /// A subscriber that, at the first update, says so and holds the informer's fan-out (the
+    /// store is updated, the subscribers after it have not been told) until it is opened.
+    struct Gate {
+        entered: Mutex<Option<Sender<()>>>,
+        open: Mutex<Receiver<()>>,
+    }
+
+    impl DeltaSink for Gate {
+        fn push(&self, delta: Delta) {
+            if matches!(delta, Delta::Update { .. }) && let Some(entered) = self.entered.lock().unwrap().take() {
+                entered.send(()).unwrap();
+                self.open.lock().unwrap().recv().unwrap();
+            }
+        }
+    }
+
+    fn drain(queue: &EventQueue) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
+            seen.push(match item {
+                Item::Event { event: crate::plugin::Event::Update { old, new }, .. } => {
+                    format!("update {}->{}", old.resource_version(), new.resource_version())
+                }
+                Item::Event { event, .. } => format!("{} {}", event.kind(), event.object().resource_version()),
+                Item::Synced { .. } => "synced".to_owned(),
+            });
+        }
+        seen
+    }
+
+    /// Issue 18, item 2. The informer has stored a@2 and is fanning out its update when a resync
+    /// runs: the resync must not queue a@2 ahead of the update from a@1 (the plugin would see
+    /// a@2, then a change from a@1 to a@2).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resync_during_a_fan_out_waits_for_it_and_never_precedes_the_real_change() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<watcher::Result<Event<Value>>>();
+        let events = futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) }).boxed();
+        let key = InformerKey::new(kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), true);
+        let informer = Informer::from_stream(key, StoreOptions::default(), events).unwrap();
+        let (entered_tx, entered) = channel();
+        let (open, open_rx) = channel();
+        let _gate = informer.subscribe(Arc::new(Gate { entered: Mutex::new(Some(entered_tx)), open: Mutex::new(open_rx) }));
+        let queue = EventQueue::new(100);
+        let _subscription = informer.subscribe(Arc::new(SourceSink { queue: queue.clone(), source: 0 }));
+        for event in [Event::Init, Event::InitApply(pod(1)), Event::InitDone] {
+            tx.send(Ok(event)).unwrap();
+        }
+        informer.wait_synced().await;
+        assert_eq!(drain(&queue), ["add 1", "synced"]);
+
+        tx.send(Ok(Event::Apply(pod(2)))).unwrap();
+        entered.recv().unwrap();
+        let sources = vec![Source { gvk: informer.key().gvk(), lister: informer.lister() }];
+        let (done_tx, done) = channel();
+        let resyncing = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                resync(&queue, &sources);
+                done_tx.send(()).unwrap();
+            })
+        };
+        // A resync that does not wait for the fan-out finishes at once; one that waits cannot
+        // finish before the gate opens. Either way the gate then opens: this bound decides
+        // nothing about the outcome, it only lets a broken resync finish first.
+        let finished_first = done.recv_timeout(Duration::from_millis(500)).is_ok();
+        open.send(()).unwrap();
+        resyncing.join().unwrap();
+        assert_eq!(drain(&queue), ["update 1->2"], "the resync finished during the fan-out: {finished_first}");
+    }
+
+    /// Writes formatted log records into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 18, item 12: the warning that a stopped plugin's queue was not drained names it.
+    #[tokio::test]
+    async fn the_undrained_queue_warning_names_its_plugin() {
+        let engine = crate::plugin::PluginEngine::new(None).unwrap();
+        let loaded = crate::plugin::LoadedPlugin::load(&engine, "slow-rec", wasmformer_tests::guests::RECORDER.as_ref()).unwrap();
+        let limits = crate::plugin::Limits { deadline: Duration::from_secs(10), ..Default::default() };
+        let instance = PluginInstance::start(loaded, limits, crate::plugin::Grants::none(), &json!({"sleepMs": 300}), None).unwrap();
+        let key = InformerKey::new(kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), true);
+        let informer = Informer::from_stream(key, StoreOptions::default(), futures::stream::pending().boxed()).unwrap();
+        let sources = vec![Source { gvk: informer.key().gvk(), lister: informer.lister() }];
+        let queue = EventQueue::new(100);
+        for rv in 1..=5 {
+            let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
+            queue.push(Item::Event { source: 0, event: crate::plugin::Event::Add { obj, initial: false } });
+        }
+        let worker = PluginWorker::start(instance, queue, sources, Arc::default(), None, None);
+
+        // Five 300 ms calls cannot be delivered within 50 ms.
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+        tracing::subscriber::with_default(subscriber, || worker.stop(Duration::from_millis(50)));
+        let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let warning = logged.lines().find(|l| l.contains("plugin queue not drained")).unwrap_or_else(|| panic!("no warning in {logged:?}"));
+        assert!(warning.contains("plugin.id=slow-rec") && warning.contains("queue.dropped="), "{warning}");
     }
 }
