@@ -386,7 +386,13 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
         let initial = run.iter().take_while(|e| e["initial"] == true).count();
         assert!(run[initial..].iter().all(|e| e["initial"] != true), "run {k}: the initial adds come first");
         let expected = if k == 0 { BASE } else { replayed[k - 1] };
-        assert_eq!(initial, expected, "run {k}: as many initial adds as the swap replayed");
+        if initial < run.len() {
+            assert_eq!(initial, expected, "run {k}: as many initial adds as the swap replayed");
+        } else {
+            // The next swap came before this version had delivered all it was replayed (a busy
+            // machine): its replay replaced the rest, which is what a replay swap does.
+            assert!(initial <= expected, "run {k}: {initial} initial adds, {expected} replayed");
+        }
         // Applied in order from an empty state, the run is consistent, and every change continues
         // its object's history exactly from the version the run last saw: nothing lost,
         // duplicated or reordered after the replayed state.
@@ -745,6 +751,182 @@ async fn sighup_reloads_the_config() {
     eventually(Duration::from_secs(10), "v2 to be swapped in", async || (status(&runtime, "rec").await.version == versions.v2).then_some(())).await;
     assert_eq!(probe(&s, "rec", "after-hangup").await["tag"], "v2");
     trigger.abort();
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. One reload at a time, one version at a time (issue 18)
+
+/// `POST /reload[?plugin=NAME]` to the admin endpoint at `addr`: the status code and the body.
+async fn post_reload(addr: std::net::SocketAddr, query: &str, token: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /reload{query} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let code = response.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// The outcome names in a report's JSON or in a list of outcomes, e.g. `["swapped", "unchanged"]`.
+fn outcome_names(report: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut walk = vec![report];
+    while let Some(v) = walk.pop() {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(outcome)) = map.get("outcome") {
+                    names.push(outcome.clone());
+                }
+                walk.extend(map.values());
+            }
+            Value::Array(items) => walk.extend(items),
+            _ => {}
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reloads_from_every_trigger_are_carried_out_one_at_a_time_each_with_its_report() {
+    let s = setup("concurrent").await;
+    let versions = Versions::new();
+    let plugin = versions.path("plugin.wasm");
+    std::fs::copy(versions.path("v1.wasm"), &plugin).unwrap();
+    let config = write_config(&versions, "concurrent", "{tag: v1, sleepMs: 1500}");
+    let runtime = start(&s, HostConfig::load(&config).unwrap()).await;
+    let token = "sesame";
+    let (admin, _server) = wasmformer::admin::serve("127.0.0.1:0".parse().unwrap(), runtime.clone(), Some(token.into())).await.unwrap();
+
+    // The plugin is in a 1.5 s call when v2 is written and a dozen reloads arrive at once: from
+    // the admin endpoint (one plugin, whole config), and as the file watcher and SIGHUP ask
+    // (`reload_config`), and `reload_plugin`.
+    let busy = async |name: &str| {
+        s.cms.create(&PostParams::default(), &config_map(name)).await.unwrap();
+        eventually(WAIT, "the event to be taken", async || (status(&runtime, "rec").await.queue_depth == 0).then_some(())).await;
+    };
+    busy("slow-1").await;
+    std::fs::copy(versions.path("v2.wasm"), &plugin).unwrap();
+    let mut reloads = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let runtime = runtime.clone();
+        reloads.spawn(async move {
+            match i % 4 {
+                0 => {
+                    let (code, body) = post_reload(admin, "?plugin=rec", token).await;
+                    assert_eq!(code, 200, "{body}");
+                    outcome_names(&serde_json::from_str(&body).unwrap())
+                }
+                1 => {
+                    let (code, body) = post_reload(admin, "", token).await;
+                    assert_eq!(code, 200, "{body}");
+                    outcome_names(&serde_json::from_str(&body).unwrap())
+                }
+                2 => outcome_names(&serde_json::to_value(runtime.reload_config().await.unwrap()).unwrap()),
+                _ => outcome_names(&serde_json::to_value(runtime.reload_plugin("rec", false).await.unwrap()).unwrap()),
+            }
+        });
+    }
+    let mut outcomes: Vec<String> = reloads.join_all().await.into_iter().flatten().collect();
+    outcomes.sort();
+    let mut expected = vec!["unchanged".to_owned(); 11];
+    expected.insert(0, "swapped".to_owned());
+    assert_eq!(outcomes, expected, "one reload swaps v2 in; the others, after it, find nothing to do");
+    let st = status(&runtime, "rec").await;
+    assert_eq!((st.swaps, st.version.as_str()), (1, versions.v2.as_str()), "{st:?}");
+
+    // Forced swaps offered while the plugin is busy: each one happens, none is lost.
+    busy("slow-2").await;
+    let mut forced = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let runtime = runtime.clone();
+        forced.spawn(async move { runtime.reload_plugin("rec", true).await.unwrap() });
+    }
+    for outcome in forced.join_all().await {
+        assert!(matches!(outcome, ReloadOutcome::Swapped { .. }), "{outcome:?}");
+    }
+    assert_eq!(status(&runtime, "rec").await.swaps, 5, "every reported swap happened");
+    assert_eq!(probe(&s, "rec", "after").await["tag"], "v1");
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_subscribed_plugin_never_runs_two_versions_at_once() {
+    let s = setup("overlap").await;
+    let versions = Versions::new();
+    for i in 0..10 {
+        s.cms.create(&PostParams::default(), &config_map(&format!("base-{i}"))).await.unwrap();
+    }
+    let config_for = |label: &str, resync: &str| {
+        let entry = recorder_entry("rec", &format!("{label}.wasm"), "overlap", &format!("{{tag: {label}, sleepMs: 50, marks: true}}"));
+        parse(&format!("plugins:\n{entry}    resync: {resync}\n"), versions.dir.path())
+    };
+    let runtime = start(&s, config_for("v1", "0s")).await;
+    // A backlog for v1 when it is re-subscribed (a change of `resync`).
+    for i in 0..20 {
+        s.cms.create(&PostParams::default(), &config_map(&format!("live-{i}"))).await.unwrap();
+    }
+    eventually(WAIT, "a backlog", async || (status(&runtime, "rec").await.queue_depth >= 5).then_some(())).await;
+    let report = runtime.apply_config(config_for("v2", "1h")).await;
+    assert!(matches!(&report.plugins[..], [(_, ReloadOutcome::Rewired)]), "{report:?}");
+    // v2 gets all 30 objects (as initial adds, or live if they arrived after it subscribed).
+    eventually(WAIT, "v2 to see every object", async || {
+        let names: BTreeSet<String> =
+            s.recorded.events("rec").into_iter().filter(|e| e["tag"] == "v2").map(|e| e["name"].as_str().unwrap().to_owned()).collect();
+        (names.len() == 30).then_some(())
+    })
+    .await;
+
+    let marks: Vec<String> = s.recorded.messages("rec").into_iter().filter(|m| m.starts_with("enter ") || m.starts_with("leave ")).collect();
+    let mut running: Option<&str> = None;
+    for (i, mark) in marks.iter().enumerate() {
+        match (mark.split_once(' ').unwrap(), running) {
+            (("enter", tag), None) => running = Some(tag),
+            (("leave", tag), Some(current)) if tag == current => running = None,
+            (_, current) => panic!("mark {i} {mark:?} while {current:?} was in a call: {:?}", &marks[i.saturating_sub(4)..(i + 4).min(marks.len())]),
+        }
+    }
+    let v1_calls = marks.iter().filter(|m| *m == "leave v1").count();
+    assert!(v1_calls >= 10 + 5, "v1 delivered its initial list and its backlog before it stopped: {v1_calls} calls");
+    runtime.shutdown().await;
+    s.dev.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_re_subscription_shows_once_and_a_removed_failed_plugin_leaves_the_status() {
+    let s = setup("failing").await;
+    let versions = Versions::new();
+    let good = recorder_entry("rec", "v1.wasm", "failing", "{tag: v1}");
+    let with = |entries: &[&str]| parse(&format!("plugins:\n{}", entries.concat()), versions.dir.path());
+    let runtime = start(&s, with(&[&good])).await;
+    let names = async || runtime.statuses().await.into_iter().map(|st| st.name).collect::<Vec<_>>();
+
+    // Re-subscribing to a kind the cluster does not serve fails; the running version keeps
+    // serving and shows the failure once, as its last swap error.
+    let unserved = good.replace("kind: ConfigMap", "kind: NoSuchKind");
+    let report = runtime.apply_config(with(&[&unserved])).await;
+    let [(_, ReloadOutcome::Failed { error })] = &report.plugins[..] else { panic!("{report:?}") };
+    assert!(error.contains("does not serve"), "{error}");
+    assert_eq!(names().await, ["rec"], "the plugin is listed once");
+    let st = status(&runtime, "rec").await;
+    assert!(st.last_swap_error.as_deref().is_some_and(|e| e.contains("does not serve")), "{st:?}");
+    assert_eq!(st.version, versions.v1);
+    assert_eq!(probe(&s, "rec", "still-serving").await["tag"], "v1");
+
+    // A plugin that fails to start is listed until it leaves the config.
+    let broken = recorder_entry("broken", "missing.wasm", "failing", "{tag: broken}");
+    let report = runtime.apply_config(with(&[&good, &broken])).await;
+    assert!(matches!(&report.plugins[..], [(b, ReloadOutcome::Failed { .. }), (r, ReloadOutcome::Unchanged)] if b == "broken" && r == "rec"), "{report:?}");
+    assert_eq!(names().await, ["broken", "rec"]);
+    let report = runtime.apply_config(with(&[&good])).await;
+    assert!(matches!(&report.plugins[..], [(b, ReloadOutcome::Removed), (_, ReloadOutcome::Unchanged)] if b == "broken"), "{report:?}");
+    assert_eq!(names().await, ["rec"], "the removed plugin left the status");
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }

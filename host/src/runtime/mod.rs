@@ -16,6 +16,7 @@ use kube::discovery::ApiResource;
 pub use connect::{ConnectError, connect};
 pub use discovery::Discovery;
 pub use reload::{ReloadOutcome, ReloadReport};
+use reload::Request;
 
 use crate::cache::{Gvk, IndexSpec};
 use crate::error_chain;
@@ -81,6 +82,9 @@ pub enum RuntimeError {
     /// No plugin of that name runs.
     #[error("no plugin named {0:?} is running")]
     UnknownPlugin(String),
+    /// The host is shutting down: no plugin is started, swapped or stopped any more.
+    #[error("the host is shutting down")]
+    ShuttingDown,
 }
 
 /// The running host.
@@ -92,6 +96,8 @@ pub struct Runtime {
     log_observer: Option<LogObserver>,
     plugins: tokio::sync::Mutex<BTreeMap<String, Running>>,
     failed: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The reload task: every change to the running plugins goes through it, one at a time.
+    reloads: tokio::sync::mpsc::UnboundedSender<Request>,
 }
 
 /// A running plugin with what a swap needs to start its next version.
@@ -109,9 +115,11 @@ struct Wiring {
 
 impl Runtime {
     /// Starts every configured plugin. A plugin that fails to start is logged and reported in
-    /// [`Runtime::statuses`]; the others run.
+    /// [`Runtime::statuses`]; the others run. Also starts the reload task, through which every
+    /// later change to the plugins goes (see [`reload`](self::reload)).
     pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, options: RuntimeOptions) -> Arc<Self> {
         let plugins = config.plugins.clone();
+        let (reloads, requests) = tokio::sync::mpsc::unbounded_channel();
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory: InformerFactory::new(client.clone(), options.watch),
@@ -120,12 +128,15 @@ impl Runtime {
             engine,
             plugins: Default::default(),
             failed: Default::default(),
+            reloads,
         });
+        // Nothing else can reach the runtime yet: these starts need not go through the task.
         for plugin in plugins {
-            if let Err(e) = runtime.add_plugin(plugin.clone()).await {
+            if let Err(e) = runtime.start_plugin(plugin.clone()).await {
                 runtime.record_failure(plugin.name.as_str(), &e);
             }
         }
+        tokio::spawn(reload::serve(Arc::downgrade(&runtime), requests));
         runtime
     }
 
@@ -150,10 +161,16 @@ impl Runtime {
         &self.engine
     }
 
-    /// Starts `plugin` (or restarts it, if one of that name runs): loads and `init`s it off the
-    /// event path, then subscribes it, so it receives the current cache as initial adds and then
-    /// live events.
+    /// Starts `plugin` (or re-subscribes it, if one of that name runs): loads and `init`s it off
+    /// the event path, then subscribes it, so it receives the current cache as initial adds and
+    /// then live events. A running version of it is stopped first (it delivers what it has
+    /// queued) before the new one delivers anything. Goes through the reload task.
     pub async fn add_plugin(&self, plugin: PluginConfig) -> Result<(), RuntimeError> {
+        self.request(|reply| Request::Add(plugin, reply)).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+    }
+
+    /// [`Runtime::add_plugin`], on the reload task.
+    async fn start_plugin(&self, plugin: PluginConfig) -> Result<(), RuntimeError> {
         let name = plugin.name.as_str().to_owned();
         let wiring = self.wire(&plugin).await?;
         let loaded = self.load(&plugin).await?;
@@ -177,21 +194,20 @@ impl Runtime {
         }
         let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
+        let timeout = self.config().host.shutdown_timeout;
+        let mut plugins = self.plugins.lock().await;
+        let previous = plugins.remove(&name).map(|previous| (previous.dispatched, timeout));
         let dispatched = DispatchedPlugin::start(
             instance,
             plugin.max_queued_events,
             (!resync.is_zero()).then_some(resync),
             handled,
             listers,
+            previous,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
         self.failed.lock().expect("failed lock").remove(&name);
-        let running = Running { dispatched, config: plugin, grants };
-        let previous = self.plugins.lock().await.insert(name, running);
-        if let Some(previous) = previous {
-            let timeout = self.config().host.shutdown_timeout;
-            tokio::task::spawn_blocking(move || previous.dispatched.stop(timeout)).await.expect("plugin stop task panicked");
-        }
+        plugins.insert(name, Running { dispatched, config: plugin, grants });
         Ok(())
     }
 
@@ -253,8 +269,14 @@ impl Runtime {
     }
 
     /// Stops the plugin `name`: unsubscribes it (informers no one else uses stop and free their
-    /// cache) and delivers what it has queued.
+    /// cache) and delivers what it has queued. Goes through the reload task.
     pub async fn remove_plugin(&self, name: &str) -> Result<(), RuntimeError> {
+        let name = name.to_owned();
+        self.request(|reply| Request::Remove(name, reply)).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+    }
+
+    /// [`Runtime::remove_plugin`], on the reload task.
+    async fn stop_plugin(&self, name: &str) -> Result<(), RuntimeError> {
         let removed = self.plugins.lock().await.remove(name).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
         let timeout = self.config().host.shutdown_timeout;
         tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout)).await.expect("plugin stop task panicked");
@@ -303,8 +325,17 @@ impl Runtime {
     }
 
     /// Stops every plugin, delivering what each has queued within the configured shutdown
-    /// timeout; informers stop with their last subscription.
+    /// timeout; informers stop with their last subscription. Waits for a reload in progress to
+    /// end; reloads asked for afterwards are refused.
     pub async fn shutdown(&self) {
+        if self.request(Request::Shutdown).await.is_none() {
+            // The task is gone (the runtime is being dropped): stop what is left here.
+            self.stop_all().await;
+        }
+    }
+
+    /// [`Runtime::shutdown`], on the reload task.
+    async fn stop_all(&self) {
         let timeout = self.config().host.shutdown_timeout;
         let plugins = std::mem::take(&mut *self.plugins.lock().await);
         let stops: Vec<_> = plugins

@@ -5,10 +5,18 @@
 //! grants; only then does the plugin's worker swap it in, between two events. If anything fails,
 //! the running version keeps serving and the failure is logged and shown in the status. The
 //! informers and the cache are not touched: the API server sees no new list or watch.
+//!
+//! Every change to the running plugins — a config reload (file watcher, SIGHUP, `POST /reload`),
+//! a plugin's reload, a plugin added or removed, shutdown — is a [`Request`] to one task,
+//! [`serve`], which carries them out one at a time and answers each with its report. So two
+//! reloads never interleave: a swap is offered only once the previous one has happened, and
+//! every caller gets its own report.
 
+use std::sync::Weak;
 use std::time::Instant;
 
 use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Runtime, RuntimeError};
 use crate::error_chain;
@@ -47,13 +55,18 @@ pub enum ReloadOutcome {
 
 impl Runtime {
     /// Reads the configuration file again and applies it (see [`Runtime::apply_config`]). An
-    /// invalid file changes nothing; its problems are returned.
+    /// invalid file changes nothing; its problems are returned. Goes through the reload task.
     pub async fn reload_config(&self) -> Result<ReloadReport, crate::config::ConfigError> {
+        self.request(Request::ReadConfig).await.unwrap_or_else(|| Ok(ReloadReport::default()))
+    }
+
+    /// [`Runtime::reload_config`], on the reload task.
+    async fn read_config(&self) -> Result<ReloadReport, crate::config::ConfigError> {
         let Some(path) = self.config().path.clone() else {
             return Ok(ReloadReport::default());
         };
         let config = HostConfig::load(&path)?;
-        Ok(self.apply_config(config).await)
+        Ok(self.apply(config).await)
     }
 }
 
@@ -66,7 +79,14 @@ pub struct ReloadReport {
 
 impl Runtime {
     /// Loads the plugin's wasm file again and swaps it in if its content changed (or if `force`).
+    /// Goes through the reload task.
     pub async fn reload_plugin(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
+        let name = name.to_owned();
+        self.request(|reply| Request::Plugin { name, force, reply }).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+    }
+
+    /// [`Runtime::reload_plugin`], on the reload task.
+    async fn reload_one(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
         let config = {
             let plugins = self.plugins.lock().await;
             plugins.get(name).map(|r| r.config.clone()).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?
@@ -120,8 +140,14 @@ impl Runtime {
 
     /// Applies `config`: starts new plugins, stops removed ones, swaps plugins whose wasm,
     /// `config` block or limits changed, and re-subscribes plugins whose subscriptions changed.
-    /// Host-level settings other than plugins take effect at the next start.
+    /// Host-level settings other than plugins take effect at the next start. Goes through the
+    /// reload task.
     pub async fn apply_config(&self, config: HostConfig) -> ReloadReport {
+        self.request(|reply| Request::Apply(config, reply)).await.unwrap_or_default()
+    }
+
+    /// [`Runtime::apply_config`], on the reload task.
+    async fn apply(&self, config: HostConfig) -> ReloadReport {
         let running: Vec<(String, PluginConfig)> =
             self.plugins.lock().await.iter().map(|(name, r)| (name.clone(), r.config.clone())).collect();
         {
@@ -132,28 +158,45 @@ impl Runtime {
         }
         let mut report = ReloadReport::default();
         for (name, _) in running.iter().filter(|(name, _)| config.plugin(name).is_none()) {
-            let outcome = match self.remove_plugin(name).await {
+            let outcome = match self.stop_plugin(name).await {
                 Ok(()) => ReloadOutcome::Removed,
                 Err(e) => ReloadOutcome::Failed { error: error_chain(&e) },
             };
             report.plugins.push((name.clone(), outcome));
         }
+        // A plugin that failed to start and is no longer configured leaves the status.
+        let forgotten: Vec<String> = {
+            let mut failed = self.failed.lock().expect("failed lock");
+            let gone: Vec<String> = failed.keys().filter(|name| config.plugin(name).is_none()).cloned().collect();
+            gone.iter().for_each(|name| drop(failed.remove(name)));
+            gone
+        };
+        report.plugins.extend(forgotten.into_iter().map(|name| (name, ReloadOutcome::Removed)));
         for plugin in config.plugins {
             let name = plugin.name.to_string();
             let previous = running.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
             let outcome = match previous {
                 Some(previous) if same_subscriptions(previous, &plugin) => self.swap(plugin, false).await,
-                Some(_) | None => {
-                    let rewire = previous.is_some();
-                    match self.add_plugin(plugin).await {
-                        Ok(()) if rewire => ReloadOutcome::Rewired,
-                        Ok(()) => ReloadOutcome::Added,
-                        Err(e) => {
-                            self.record_failure(&name, &e);
-                            ReloadOutcome::Failed { error: error_chain(&e) }
+                Some(_) => match self.start_plugin(plugin).await {
+                    Ok(()) => ReloadOutcome::Rewired,
+                    Err(e) => {
+                        // The running version keeps serving with its old subscriptions: shown on
+                        // it, like a failed swap, not as a second entry of the same plugin.
+                        let error = error_chain(&e);
+                        tracing::error!(plugin.id = %name, error = %error, "re-subscription failed; the running version keeps serving");
+                        if let Some(running) = self.plugins.lock().await.get(&name) {
+                            running.dispatched.swap_failed(error.clone());
                         }
+                        ReloadOutcome::Failed { error }
                     }
-                }
+                },
+                None => match self.start_plugin(plugin).await {
+                    Ok(()) => ReloadOutcome::Added,
+                    Err(e) => {
+                        self.record_failure(&name, &e);
+                        ReloadOutcome::Failed { error: error_chain(&e) }
+                    }
+                },
             };
             report.plugins.push((name, outcome));
         }
@@ -165,4 +208,71 @@ impl Runtime {
 /// Whether two versions of a plugin's config subscribe to the same things (so a swap suffices).
 fn same_subscriptions(a: &PluginConfig, b: &PluginConfig) -> bool {
     a.handles == b.handles && a.read == b.read && a.indexes == b.indexes && a.resync == b.resync && a.max_queued_events == b.max_queued_events
+}
+
+/// A change to the running plugins, with where its report goes.
+pub(super) enum Request {
+    /// Re-read the config file and apply it.
+    ReadConfig(oneshot::Sender<Result<ReloadReport, crate::config::ConfigError>>),
+    /// Apply this config.
+    Apply(HostConfig, oneshot::Sender<ReloadReport>),
+    /// Reload one plugin's wasm.
+    Plugin {
+        /// The plugin.
+        name: String,
+        /// Swap even if the wasm and settings are unchanged.
+        force: bool,
+        /// Its outcome.
+        reply: oneshot::Sender<Result<ReloadOutcome, RuntimeError>>,
+    },
+    /// Start (or re-subscribe) a plugin.
+    Add(PluginConfig, oneshot::Sender<Result<(), RuntimeError>>),
+    /// Stop a plugin.
+    Remove(String, oneshot::Sender<Result<(), RuntimeError>>),
+    /// Stop every plugin; refuse changes from now on.
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl Runtime {
+    /// Sends a request to the reload task and awaits its answer; `None` if the task is gone.
+    pub(super) async fn request<T>(&self, request: impl FnOnce(oneshot::Sender<T>) -> Request) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        self.reloads.send(request(reply)).ok()?;
+        answer.await.ok()
+    }
+}
+
+/// The reload task: carries out `requests` one at a time until the runtime is dropped. A
+/// request whose caller stopped waiting (an HTTP client that went away) is still carried out
+/// in full.
+pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedReceiver<Request>) {
+    let mut shut_down = false;
+    while let Some(request) = requests.recv().await {
+        // Held for one request only: the task must not keep the runtime alive.
+        let Some(runtime) = runtime.upgrade() else { break };
+        match request {
+            Request::ReadConfig(reply) if shut_down => answer(reply, Ok(ReloadReport::default())),
+            Request::ReadConfig(reply) => answer(reply, runtime.read_config().await),
+            Request::Apply(_, reply) if shut_down => answer(reply, ReloadReport::default()),
+            Request::Apply(config, reply) => answer(reply, runtime.apply(config).await),
+            Request::Plugin { reply, .. } if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
+            Request::Plugin { name, force, reply } => answer(reply, runtime.reload_one(&name, force).await),
+            Request::Add(_, reply) if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
+            Request::Add(plugin, reply) => answer(reply, runtime.start_plugin(plugin).await),
+            Request::Remove(_, reply) if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
+            Request::Remove(name, reply) => answer(reply, runtime.stop_plugin(&name).await),
+            Request::Shutdown(reply) => {
+                if !shut_down {
+                    shut_down = true;
+                    runtime.stop_all().await;
+                }
+                let _ = reply.send(());
+            }
+        }
+    }
+}
+
+/// Sends a request's answer; a caller that stopped waiting does not need it.
+fn answer<T>(reply: oneshot::Sender<T>, answer: T) {
+    let _ = reply.send(answer);
 }

@@ -1,7 +1,9 @@
 //! Logs every call as one JSON line, so tests can compare what a plugin saw with what happened.
 //! Config: `tag` (hot-swap tests tell versions apart by it), `lookup: true` (also reads the
 //! event's object back through the lister and records the resourceVersion it saw), `sleepMs`
-//! (sleeps in every handler: a slow plugin).
+//! (sleeps in every handler: a slow plugin), `marks: true` (also logs `enter TAG` when a handler
+//! starts and `leave TAG` when it returns, as plain lines: tests check that two versions never
+//! run at once).
 
 use wasmformer_guest::serde_json::{Value, json};
 use wasmformer_guest::{ListerError, Object, Plugin, Result, info, lister};
@@ -11,10 +13,14 @@ struct Recorder {
     tag: String,
     lookup: bool,
     sleep_ms: u64,
+    marks: bool,
 }
 
 impl Recorder {
     fn record(&self, event: &str, obj: &Object, extra: Value) {
+        if self.marks {
+            info!("enter {}", self.tag);
+        }
         if self.sleep_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(self.sleep_ms));
         }
@@ -36,6 +42,9 @@ impl Recorder {
             line.extend(extra);
         }
         info!("{line}");
+        if self.marks {
+            info!("leave {}", self.tag);
+        }
     }
 }
 
@@ -44,6 +53,7 @@ impl Plugin for Recorder {
         self.tag = config.get("tag").and_then(Value::as_str).unwrap_or_default().to_owned();
         self.lookup = config.get("lookup").and_then(Value::as_bool).unwrap_or(false);
         self.sleep_ms = config.get("sleepMs").and_then(Value::as_u64).unwrap_or(0);
+        self.marks = config.get("marks").and_then(Value::as_bool).unwrap_or(false);
         Ok(())
     }
 
