@@ -241,7 +241,7 @@ pub(crate) fn prepare_update(
             status
         }
         Part::Main if ty.status_subresource => current.get("status").cloned(),
-        Part::Main => object.get("status").cloned(),
+        Part::Main | Part::Whole => object.get("status").cloned(),
     };
     let map = object.as_object_mut().unwrap();
     match keep_status {
