@@ -31,6 +31,10 @@ pub(crate) fn version(major: &str, minor: &str) -> Value {
     json!({
         "major": major,
         "minor": minor,
+        "emulationMajor": major,
+        "emulationMinor": minor,
+        "minCompatibilityMajor": major,
+        "minCompatibilityMinor": minor.parse::<u32>().map_or_else(|_| minor.to_string(), |m| m.saturating_sub(1).to_string()),
         "gitVersion": if (major, minor) == KUBERNETES_VERSION {
             format!("{KUBERNETES_GIT_VERSION}+wasmformer-dev")
         } else {

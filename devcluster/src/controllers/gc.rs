@@ -102,6 +102,13 @@ pub(super) fn sync(store: &Store) -> Result<()> {
                         if let Some(refs) = o["metadata"]["ownerReferences"].as_array_mut() {
                             refs.retain(|r| r["uid"] != uid);
                         }
+                        if o["metadata"]["ownerReferences"]
+                            .as_array()
+                            .is_some_and(Vec::is_empty)
+                            && let Some(meta) = o["metadata"].as_object_mut()
+                        {
+                            meta.remove("ownerReferences");
+                        }
                     }),
                 )?;
             }

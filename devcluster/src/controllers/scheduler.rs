@@ -16,8 +16,10 @@ use crate::{
     store::{Part, Result, Store},
 };
 
+/// Ready, not cordoned, and not one of the workload simulator's Nodes (which no kubelet runs).
 fn schedulable(node: &Value) -> bool {
     node["spec"]["unschedulable"] != true
+        && node["metadata"]["labels"]["app.kubernetes.io/managed-by"] != crate::simulate::MANAGED_BY
         && condition(node, "Ready").is_some_and(|c| c["status"] == "True")
 }
 

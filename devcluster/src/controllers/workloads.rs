@@ -302,12 +302,12 @@ fn write_deployment_status(
     }
     let key = key_of(&ResourceId::new("apps", "deployments"), deployment);
     let revision = revision(new).to_string();
-    if deployment["metadata"]["annotations"][REVISION] != revision.as_str() {
-        tolerate(store.modify(&key, Part::Main, |o| {
-            o["metadata"]["annotations"][REVISION] = json!(revision);
-        }))?;
-    }
-    tolerate(store.modify(&key, Part::Status, |o| o["status"] = status))?;
+    // The revision annotation goes with the status (as Kubernetes' controller writes it through
+    // the status subresource), so it does not bump the generation.
+    tolerate(store.modify(&key, Part::Whole, |o| {
+        o["metadata"]["annotations"][REVISION] = json!(revision);
+        o["status"] = status;
+    }))?;
     Ok(())
 }
 
