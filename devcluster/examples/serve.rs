@@ -5,10 +5,11 @@
 //! kubectl --kubeconfig /tmp/dev.kubeconfig get pods -A -w
 //! ```
 //!
-//! With a rate, the simulator generates workload churn at that many events per second.
+//! The controllers run (two fake nodes). With a rate, the simulator generates workload churn at
+//! that many events per second.
 
 use wasmformer_devcluster::{
-    DevCluster, DevClusterConfig,
+    ControllerConfig, DevCluster, DevClusterConfig,
     simulate::{self, SimulationConfig},
 };
 
@@ -19,7 +20,10 @@ async fn main() -> anyhow::Result<()> {
         .next()
         .unwrap_or_else(|| "wasmformer-dev.kubeconfig".into());
     let rate: Option<f64> = args.next().map(|r| r.parse()).transpose()?;
-    let dev = DevCluster::start(DevClusterConfig::default()).await?;
+    let dev = DevCluster::start(
+        DevClusterConfig::default().controllers(Some(ControllerConfig::default().nodes(2))),
+    )
+    .await?;
     dev.write_kubeconfig(&kubeconfig)?;
     println!("dev cluster at {} (kubeconfig {kubeconfig})", dev.url());
     let simulation = rate.map(|rate| {

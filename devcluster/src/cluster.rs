@@ -13,6 +13,7 @@ use axum::serve::ListenerExt;
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{
+    controllers::{self, ControllerConfig, Controllers},
     faults::Faults,
     handlers::{self, App},
     kubeconfig,
@@ -31,6 +32,10 @@ pub struct DevClusterConfig {
     pub bookmark_interval: Duration,
     /// Requests kept in the request log.
     pub request_log_limit: usize,
+    /// The KWOK-style controllers (fake Nodes, Deployments, ReplicaSets, scheduler, kubelet,
+    /// Jobs, garbage collector); `None` (the library default, so tests see only their own
+    /// writes) runs none. `wasmformer dev` turns them on unless `--no-controllers`.
+    pub controllers: Option<ControllerConfig>,
 }
 
 impl Default for DevClusterConfig {
@@ -40,6 +45,7 @@ impl Default for DevClusterConfig {
             history_limit: 10_000,
             bookmark_interval: Duration::from_secs(10),
             request_log_limit: 100_000,
+            controllers: None,
         }
     }
 }
@@ -63,6 +69,13 @@ impl DevClusterConfig {
     #[must_use]
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Sets [`DevClusterConfig::controllers`].
+    #[must_use]
+    pub fn controllers(mut self, controllers: Option<ControllerConfig>) -> Self {
+        self.controllers = controllers;
         self
     }
 
@@ -116,6 +129,7 @@ pub struct DevCluster {
     log: RequestLog,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<io::Result<()>>>,
+    controllers: Option<Controllers>,
 }
 
 impl DevCluster {
@@ -141,6 +155,10 @@ impl DevCluster {
             bookmark_interval: config.bookmark_interval,
             server_address: addr.to_string(),
         };
+        let controllers = config
+            .controllers
+            .clone()
+            .map(|c| controllers::spawn(store.clone(), c));
         let router = Router::new().fallback(handlers::handle).with_state(app);
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
@@ -167,6 +185,7 @@ impl DevCluster {
             log,
             stop: Some(stop),
             server: Some(server),
+            controllers,
         })
     }
 
@@ -222,6 +241,9 @@ impl DevCluster {
     /// Closes open watches, releases paused requests and stops the server, waiting up to five
     /// seconds for in-flight requests.
     pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.stop().await;
+        }
         self.signal_stop();
         let Some(mut server) = self.server.take() else {
             return Ok(());

@@ -9,7 +9,11 @@ use crate::resources::{Registry, ResourceType};
 
 /// The Kubernetes version the dev cluster serves and, unless
 /// [`Faults::report_version`](crate::Faults::report_version) says otherwise, reports.
-pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "37");
+
+/// The exact release the dev cluster's OpenAPI documents and protobuf descriptors come from: the
+/// kube-apiserver the test harness (`tests/kube-apiserver`) builds.
+pub const KUBERNETES_GIT_VERSION: &str = "v1.37.2";
 
 const VERBS: &[&str] = &[
     "create",
@@ -27,7 +31,15 @@ pub(crate) fn version(major: &str, minor: &str) -> Value {
     json!({
         "major": major,
         "minor": minor,
-        "gitVersion": format!("v{major}.{minor}.0-wasmformer-dev"),
+        "emulationMajor": major,
+        "emulationMinor": minor,
+        "minCompatibilityMajor": major,
+        "minCompatibilityMinor": minor.parse::<u32>().map_or_else(|_| minor.to_string(), |m| m.saturating_sub(1).to_string()),
+        "gitVersion": if (major, minor) == KUBERNETES_VERSION {
+            format!("{KUBERNETES_GIT_VERSION}+wasmformer-dev")
+        } else {
+            format!("v{major}.{minor}.0+wasmformer-dev")
+        },
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z",
@@ -87,7 +99,7 @@ fn resource_entries(ty: &ResourceType) -> Vec<Value> {
         "singularName": ty.singular,
         "namespaced": ty.namespaced,
         "kind": ty.kind,
-        "verbs": VERBS,
+        "verbs": if ty.create_only { &["create"][..] } else { VERBS },
     });
     if !ty.short_names.is_empty() {
         main["shortNames"] = json!(ty.short_names);
@@ -171,7 +183,11 @@ mod tests {
             (version["major"].as_str(), version["minor"].as_str()),
             (Some("1"), Some("31"))
         );
-        assert_eq!(version["gitVersion"], "v1.31.0-wasmformer-dev");
+        assert_eq!(version["gitVersion"], "v1.31.0+wasmformer-dev");
+        assert_eq!(
+            super::version("1", "37")["gitVersion"],
+            "v1.37.2+wasmformer-dev"
+        );
     }
 
     #[test]

@@ -16,13 +16,16 @@ use crate::{
     control, discovery,
     faults::Faults,
     list::{self, ListOptions},
+    openapi,
     patch::Patch,
+    protobuf,
     request_log::{RequestLog, RequestRecord, Verb},
-    resources::ResourceType,
+    resources::{ResourceId, ResourceType},
+    reviews,
     routes::{self, Query, ResourcePath, Route},
     scale,
     status::ApiStatus,
-    store::{Deletion, ObjectKey, Part, Preconditions, Store},
+    store::{Deletion, ObjectKey, Part, Preconditions, Propagation, Store},
     view::{self, View},
     watch::{self, WatchSetup},
 };
@@ -126,7 +129,21 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
             ))
         }
         Route::Health => Ok("ok".into_response()),
-        Route::OpenApi | Route::Unknown | Route::Control(_) => Err(ApiStatus::unknown_path()),
+        Route::OpenApiV2 => crds(&app.store)
+            .and_then(|crds| openapi::v2(&registry, &crds).map_err(ApiStatus::internal))
+            .map(|d| json_response(StatusCode::OK, &d)),
+        Route::OpenApiV3(None) => crds(&app.store)
+            .and_then(|crds| openapi::v3_index(&registry, &crds).map_err(ApiStatus::internal))
+            .map(|d| json_response(StatusCode::OK, &d)),
+        Route::OpenApiV3(Some(path)) => {
+            crds(&app.store).and_then(|crds| {
+                match openapi::v3_document(&registry, &crds, &path).map_err(ApiStatus::internal)? {
+                    Some(document) => Ok(json_response(StatusCode::OK, &document)),
+                    None => Err(ApiStatus::unknown_path()),
+                }
+            })
+        }
+        Route::Unknown | Route::Control(_) => Err(ApiStatus::unknown_path()),
         Route::CoreVersions => Ok(json_response(
             StatusCode::OK,
             &discovery::core_versions(&app.server_address),
@@ -147,13 +164,31 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// Every CRD, for the OpenAPI documents of the types they define.
+fn crds(store: &Store) -> Result<Vec<Value>, ApiStatus> {
+    let (crds, _) = store.list(&ResourceId::crds(), None)?;
+    Ok(crds.iter().map(|c| Value::clone(c)).collect())
+}
+
 async fn read_body(body: Body) -> Result<Bytes, ApiStatus> {
     axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| ApiStatus::bad_request(format!("reading the request body: {e}")))
 }
 
-fn parse_object(bytes: &[u8]) -> Result<Value, ApiStatus> {
+fn content_type(parts: &Parts) -> &str {
+    parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// A request body as a JSON object: JSON as sent, protobuf decoded (kubectl's typed clients).
+fn parse_object(parts: &Parts, bytes: &[u8]) -> Result<Value, ApiStatus> {
+    if protobuf::is_protobuf(content_type(parts)) {
+        return protobuf::decode(bytes).map_err(|e| ApiStatus::bad_request(e.chain_message()));
+    }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiStatus::bad_request(format!("the request body is not a JSON object: {e}"))
     })?;
@@ -185,9 +220,19 @@ fn object_response(
     json_response(code, &view.object(ty, api_version, object))
 }
 
-fn delete_options(bytes: &[u8]) -> Result<Preconditions, ApiStatus> {
+/// `DeleteOptions` from the body (JSON or protobuf) and the query: preconditions and the
+/// propagation policy (`propagationPolicy`, or the legacy `orphanDependents`).
+fn delete_options(
+    parts: &Parts,
+    query: &Query,
+    bytes: &[u8],
+) -> Result<(Preconditions, Propagation), ApiStatus> {
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
+    } else if protobuf::is_protobuf(content_type(parts)) {
+        protobuf::decode(bytes).map_err(|e| {
+            ApiStatus::bad_request(format!("invalid DeleteOptions: {}", e.chain_message()))
+        })?
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiStatus::bad_request(format!("invalid DeleteOptions: {e}")))?
@@ -198,10 +243,29 @@ fn delete_options(bytes: &[u8]) -> Result<Preconditions, ApiStatus> {
             .filter(|s| !s.is_empty())
             .map(String::from)
     };
-    Ok(Preconditions {
-        uid: precondition("uid"),
-        resource_version: precondition("resourceVersion"),
-    })
+    let policy = body["propagationPolicy"]
+        .as_str()
+        .or_else(|| query.get("propagationPolicy"));
+    let orphan = body["orphanDependents"]
+        .as_bool()
+        .or_else(|| query.flag("orphanDependents"));
+    let propagation = match (policy, orphan) {
+        (Some("Foreground"), _) => Propagation::Foreground,
+        (Some("Orphan"), _) | (None, Some(true)) => Propagation::Orphan,
+        (Some("Background") | None, _) => Propagation::Background,
+        (Some(other), _) => {
+            return Err(ApiStatus::bad_request(format!(
+                "propagationPolicy {other:?} is not one of Foreground, Background, Orphan"
+            )));
+        }
+    };
+    Ok((
+        Preconditions {
+            uid: precondition("uid"),
+            resource_version: precondition("resourceVersion"),
+        },
+        propagation,
+    ))
 }
 
 fn deleted_status(ty: &ResourceType, object: &Value) -> Value {
@@ -219,19 +283,69 @@ fn deleted_status(ty: &ResourceType, object: &Value) -> Value {
     })
 }
 
-/// Bodies in these encodings (kubectl's typed clients send protobuf) are not decoded.
+/// Server-side field validation (`fieldValidation=Strict|Warn|Ignore`, `Warn` when absent, as
+/// the API server): the fields `object` has and its OpenAPI schema does not. `Strict` refuses
+/// them; `Warn` returns the `Warning` header values to send.
+fn validate_fields(
+    store: &Store,
+    ty: &ResourceType,
+    version: &str,
+    query: &Query,
+    object: &Value,
+) -> Result<Vec<String>, ApiStatus> {
+    let directive = query.get("fieldValidation").unwrap_or("Warn");
+    if directive.eq_ignore_ascii_case("Ignore") {
+        return Ok(Vec::new());
+    }
+    let crds = if ty.id.group.contains('.') && !ty.id.group.ends_with(".k8s.io") {
+        crds(store)?
+    } else {
+        Vec::new()
+    };
+    let Some((schema, schemas)) = openapi::schema_of(&store.registry(), &crds, ty, version) else {
+        return Ok(Vec::new());
+    };
+    let unknown = openapi::unknown_fields(&schema, &schemas, object);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let named: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    if directive.eq_ignore_ascii_case("Strict") {
+        return Err(ApiStatus::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            named.join(", "),
+            kind = ty.kind,
+        )));
+    }
+    Ok(named)
+}
+
+/// Adds `Warning: 299 - "…"` headers, as the API server sends for `fieldValidation=Warn`.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!(
+            "299 - {}",
+            serde_json::to_string(warning).unwrap_or_default()
+        );
+        if let Ok(value) = header::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+/// CBOR bodies are not decoded (client-go falls back to JSON on 415).
 fn check_content_type(parts: &Parts) -> Result<(), ApiStatus> {
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.contains("protobuf") || content_type.contains("cbor") {
+    let content_type = content_type(parts);
+    if content_type.contains("cbor") {
         return Err(ApiStatus::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the wasmformer dev cluster only accepts JSON request bodies, not {content_type:?}"
+                "the wasmformer dev cluster accepts JSON and protobuf request bodies, not {content_type:?}"
             ),
         ));
     }
@@ -259,14 +373,9 @@ async fn scale_request(
                 &scale::of(&*app.store.get(&key)?),
             ));
         }
-        Verb::Update => parse_object(&read_body(body).await?)?,
+        Verb::Update => parse_object(parts, &read_body(body).await?)?,
         Verb::Patch => {
-            let content_type = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let patch = Patch::decode(content_type, &read_body(body).await?)
+            let patch = Patch::decode(content_type(parts), &read_body(body).await?)
                 .map_err(|e| ApiStatus::from(&e))?;
             let current = scale::of(&*app.store.get(&key)?);
             patch.apply_to(&current).map_err(|e| ApiStatus::from(&e))?
@@ -296,6 +405,18 @@ async fn resource(
         return Err(ApiStatus::bad_request(
             "dryRun is not supported by the wasmformer dev cluster",
         ));
+    }
+    if ty.create_only {
+        return match (verb, &path.name, &path.subresource) {
+            (Verb::Create, None, None) => {
+                let review = parse_object(parts, &read_body(body).await?)?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &reviews::answer(&ty, review)?,
+                ))
+            }
+            _ => Err(ApiStatus::method_not_allowed(parts.method.as_str())),
+        };
     }
     let part = match path.subresource.as_deref() {
         None => Part::Main,
@@ -336,23 +457,26 @@ async fn resource(
             respond(StatusCode::OK, &object)
         }
         (Verb::Create, None) => {
-            let object = parse_object(&read_body(body).await?)?;
+            let object = parse_object(parts, &read_body(body).await?)?;
+            let warnings = validate_fields(store, &ty, &path.version, query, &object)?;
             let created = store.create(&ty.id, namespace, object)?;
-            respond(StatusCode::CREATED, &created)
+            respond(StatusCode::CREATED, &created).map(|r| with_warnings(r, &warnings))
         }
         (Verb::Update, Some(name)) => {
-            let object = parse_object(&read_body(body).await?)?;
+            let object = parse_object(parts, &read_body(body).await?)?;
+            let warnings = validate_fields(store, &ty, &path.version, query, &object)?;
             let updated = store.replace(&key(name), object, part)?;
-            respond(StatusCode::OK, &updated)
+            respond(StatusCode::OK, &updated).map(|r| with_warnings(r, &warnings))
         }
         (Verb::Patch, Some(name)) => {
-            let content_type = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let patch = Patch::decode(content_type, &read_body(body).await?)
+            let patch = Patch::decode(content_type(parts), &read_body(body).await?)
                 .map_err(|e| ApiStatus::from(&e))?;
+            let warnings = match &patch {
+                Patch::Apply(body) | Patch::Merge(body) | Patch::Strategic(body) => {
+                    validate_fields(store, &ty, &path.version, query, body)?
+                }
+                _ => Vec::new(),
+            };
             let existed = store.get(&key(name)).is_ok();
             let patched = store.patch(&key(name), &patch, part)?;
             let code = if existed {
@@ -360,11 +484,12 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            respond(code, &patched)
+            respond(code, &patched).map(|r| with_warnings(r, &warnings))
         }
         (Verb::Delete, Some(name)) => {
-            let preconditions = delete_options(&read_body(body).await?)?;
-            match store.delete(&key(name), &preconditions)? {
+            let (preconditions, propagation) =
+                delete_options(parts, query, &read_body(body).await?)?;
+            match store.delete_propagating(&key(name), &preconditions, propagation)? {
                 Deletion::Deleted(object) => {
                     Ok(json_response(StatusCode::OK, &deleted_status(&ty, &object)))
                 }
@@ -372,7 +497,8 @@ async fn resource(
             }
         }
         (Verb::DeleteCollection, None) => {
-            let preconditions = delete_options(&read_body(body).await?)?;
+            let (preconditions, propagation) =
+                delete_options(parts, query, &read_body(body).await?)?;
             let options = ListOptions::parse(query, &ty, namespace, None, false)?;
             let (objects, _) = store.list(&ty.id, namespace)?;
             let mut deleted = Vec::new();
@@ -380,7 +506,7 @@ async fn resource(
                 let name = object["metadata"]["name"].as_str().unwrap_or("");
                 let namespace = object["metadata"]["namespace"].as_str();
                 let key = ObjectKey::new(ty.id.clone(), namespace, name);
-                match store.delete(&key, &preconditions) {
+                match store.delete_propagating(&key, &preconditions, propagation) {
                     Ok(Deletion::Deleted(o) | Deletion::Finalizing(o)) => {
                         deleted.push(view::versioned(&o, &api_version).into_owned())
                     }

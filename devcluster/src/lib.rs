@@ -18,14 +18,18 @@
 
 mod cluster;
 mod control;
+pub mod controllers;
 pub mod discovery;
 pub mod faults;
 mod handlers;
 pub mod kubeconfig;
 mod list;
+pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod request_log;
 pub mod resources;
+pub mod reviews;
 mod routes;
 mod scale;
 pub mod selectors;
@@ -37,7 +41,8 @@ mod view;
 mod watch;
 
 pub use cluster::{DevCluster, DevClusterConfig, Error, Result};
+pub use controllers::ControllerConfig;
 pub use faults::{Failure, Faults, RequestFilter};
 pub use request_log::{RequestLog, RequestRecord, Verb};
 pub use resources::{Registry, ResourceId, ResourceType};
-pub use store::{Deletion, EventKind, ObjectKey, Part, Preconditions, Store};
+pub use store::{Deletion, EventKind, ObjectKey, Part, Preconditions, Propagation, Store};

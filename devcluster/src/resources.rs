@@ -58,6 +58,9 @@ impl fmt::Display for ResourceId {
 }
 
 pub(crate) const CRD_GROUP: &str = "apiextensions.k8s.io";
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// The group of the access reviews, which are answered rather than stored.
+pub(crate) const REVIEW_GROUP: &str = "authorization.k8s.io";
 
 /// Everything the server knows about one resource type.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +85,9 @@ pub struct ResourceType {
     pub scale_subresource: bool,
     /// Field-selector labels accepted besides `metadata.name` and `metadata.namespace`.
     pub field_labels: Vec<String>,
+    /// Objects are not stored: the only verb is `create`, which answers with the evaluated
+    /// object (`SelfSubjectAccessReview`, `SelfSubjectRulesReview`).
+    pub create_only: bool,
 }
 
 impl ResourceType {
@@ -274,6 +280,108 @@ const BUILTINS: &[Builtin] = &[
         true,
         &[],
     ),
+    (
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        true,
+        &[],
+    ),
+    ("batch", "v1", "jobs", "Job", true, &[], true, &[]),
+    (
+        "batch",
+        "v1",
+        "cronjobs",
+        "CronJob",
+        true,
+        &["cj"],
+        true,
+        &[],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "ingresses",
+        "Ingress",
+        true,
+        &["ing"],
+        true,
+        &[],
+    ),
+    (
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        true,
+        &[],
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        false,
+        &["pc"],
+        false,
+        &[],
+    ),
+    (RBAC_GROUP, "v1", "roles", "Role", true, &[], false, &[]),
+    (
+        RBAC_GROUP,
+        "v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+        &[],
+        false,
+        &[],
+    ),
+    (
+        RBAC_GROUP,
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+        &[],
+        false,
+        &[],
+    ),
+    (
+        RBAC_GROUP,
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+        &[],
+    ),
+    (
+        REVIEW_GROUP,
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+        &[],
+        false,
+        &[],
+    ),
+    (
+        REVIEW_GROUP,
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+        &[],
+        false,
+        &[],
+    ),
 ];
 
 /// `apps` resources with a `/scale` subresource.
@@ -282,6 +390,8 @@ const SCALABLE: &[&str] = &["deployments", "replicasets", "statefulsets"];
 /// Resources kubectl lists for `kubectl get all`.
 const CATEGORY_ALL: &[&str] = &[
     "pods",
+    "jobs",
+    "cronjobs",
     "services",
     "daemonsets",
     "deployments",
@@ -315,6 +425,7 @@ impl Registry {
                 status_subresource: status,
                 scale_subresource: group == "apps" && SCALABLE.contains(&plural),
                 field_labels: fields.iter().map(|s| s.to_string()).collect(),
+                create_only: group == REVIEW_GROUP,
             });
         }
         registry

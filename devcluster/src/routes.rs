@@ -10,8 +10,10 @@ pub(crate) enum Route {
     Version,
     /// `/healthz`, `/livez`, `/readyz`.
     Health,
-    /// `/openapi/v2`, `/openapi/v3...`: not served.
-    OpenApi,
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3` (the index) or `/openapi/v3/{path}` (one group-version's document).
+    OpenApiV3(Option<String>),
     /// `/api`.
     CoreVersions,
     /// `/apis`.
@@ -51,7 +53,9 @@ pub(crate) fn parse(path: &str) -> Route {
     match segments.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
-        ["openapi", ..] => Route::OpenApi,
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3"] => Route::OpenApiV3(None),
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(Some(rest.join("/"))),
         ["wasmformer-dev", rest @ ..] => {
             Route::Control(rest.iter().map(|s| s.to_string()).collect())
         }
@@ -178,7 +182,12 @@ mod tests {
                 version: "v1".into()
             }
         );
-        assert_eq!(parse("/openapi/v3/apis/apps/v1"), Route::OpenApi);
+        assert_eq!(
+            parse("/openapi/v3/apis/apps/v1"),
+            Route::OpenApiV3(Some("apis/apps/v1".into()))
+        );
+        assert_eq!(parse("/openapi/v3"), Route::OpenApiV3(None));
+        assert_eq!(parse("/openapi/v2"), Route::OpenApiV2);
         assert_eq!(
             parse("/wasmformer-dev/faults/pause"),
             Route::Control(vec!["faults".into(), "pause".into()])

@@ -59,6 +59,90 @@ fn number(object: &Value, pointer: &str) -> i64 {
     object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
+fn or_none(value: String) -> Value {
+    json!(if value.is_empty() {
+        "<none>".to_string()
+    } else {
+        value
+    })
+}
+
+fn joined(object: &Value, pointer: &str, field: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c[field].as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn selector(object: &Value) -> String {
+    object
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `-o wide` columns (priority 1), after AGE.
+fn wide_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
+    let column = |name, kind| Column {
+        name,
+        kind,
+        description: "",
+    };
+    let workload = |containers: &str| {
+        vec![
+            (
+                column("Containers", "string"),
+                or_none(joined(object, containers, "name")),
+            ),
+            (
+                column("Images", "string"),
+                or_none(joined(object, containers, "image")),
+            ),
+            (column("Selector", "string"), or_none(selector(object))),
+        ]
+    };
+    match (ty.id.group.as_str(), ty.id.resource.as_str()) {
+        ("", "pods") => vec![
+            (
+                column("IP", "string"),
+                or_none(text(object, "/status/podIP")),
+            ),
+            (
+                column("Node", "string"),
+                or_none(text(object, "/spec/nodeName")),
+            ),
+            (column("Nominated Node", "string"), json!("<none>")),
+            (column("Readiness Gates", "string"), json!("<none>")),
+        ],
+        ("apps", "deployments" | "replicasets") | ("batch", "jobs") => {
+            workload("/spec/template/spec/containers")
+        }
+        ("", "nodes") => vec![(
+            column("Internal-IP", "string"),
+            or_none(
+                object
+                    .pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|a| a["type"] == "InternalIP")
+                    .and_then(|a| a["address"].as_str())
+                    .unwrap_or("")
+                    .to_string(),
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// The kind-specific middle columns and their cells.
 fn extra_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
     let column = |name, kind| Column {
@@ -81,10 +165,15 @@ fn extra_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
                     .map(|c| c["restartCount"].as_i64().unwrap_or(0))
                     .sum()
             });
+            let reason = statuses.into_iter().flatten().find_map(|c| {
+                c.pointer("/state/waiting/reason")
+                    .or_else(|| c.pointer("/state/terminated/reason"))
+                    .and_then(Value::as_str)
+            });
             let status = if object.pointer("/metadata/deletionTimestamp").is_some() {
                 "Terminating".to_string()
             } else {
-                text(object, "/status/phase")
+                reason.map_or_else(|| text(object, "/status/phase"), String::from)
             };
             vec![
                 (column("Ready", "string"), json!(format!("{ready}/{total}"))),
@@ -124,6 +213,46 @@ fn extra_columns(ty: &ResourceType, object: &Value) -> Vec<(Column, Value)> {
                 json!(number(object, "/status/readyReplicas")),
             ),
         ],
+        ("batch", "jobs") => {
+            let complete = object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True");
+            let completions = object
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            vec![
+                (
+                    column("Status", "string"),
+                    json!(if complete { "Complete" } else { "Running" }),
+                ),
+                (
+                    column("Completions", "string"),
+                    json!(format!(
+                        "{}/{completions}",
+                        number(object, "/status/succeeded")
+                    )),
+                ),
+            ]
+        }
+        ("", "nodes") => {
+            let ready = object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            vec![
+                (
+                    column("Status", "string"),
+                    json!(if ready { "Ready" } else { "NotReady" }),
+                ),
+                (column("Roles", "string"), json!("<none>")),
+            ]
+        }
         ("", "namespaces") => vec![(
             column("Status", "string"),
             json!(text(object, "/status/phase")),
@@ -184,10 +313,58 @@ fn age(object: &Value) -> String {
     }
 }
 
+/// Every column of a row with its priority (1: only with `-o wide`), in kubectl's order.
+fn columns(ty: &ResourceType, object: &Value) -> Vec<(Column, u8, Value)> {
+    let column = |name, kind| Column {
+        name,
+        kind,
+        description: "",
+    };
+    if ty.id.group.is_empty() && ty.id.resource == "events" {
+        let last = text(object, "/lastTimestamp");
+        let last_seen = last
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| {
+                let elapsed = jiff::Timestamp::now().duration_since(t);
+                human_duration(Duration::try_from(elapsed).unwrap_or_default())
+            })
+            .unwrap_or_else(|| "<unknown>".into());
+        let involved = format!(
+            "{}/{}",
+            text(object, "/involvedObject/kind").to_ascii_lowercase(),
+            text(object, "/involvedObject/name")
+        );
+        return vec![
+            (column("Last Seen", "string"), 0, json!(last_seen)),
+            (column("Type", "string"), 0, json!(text(object, "/type"))),
+            (
+                column("Reason", "string"),
+                0,
+                json!(text(object, "/reason")),
+            ),
+            (column("Object", "string"), 0, json!(involved)),
+            (
+                column("Message", "string"),
+                0,
+                json!(text(object, "/message")),
+            ),
+            (NAME, 1, json!(text(object, "/metadata/name"))),
+        ];
+    }
+    let mut all = vec![(NAME, 0, json!(text(object, "/metadata/name")))];
+    all.extend(
+        extra_columns(ty, object)
+            .into_iter()
+            .map(|(c, v)| (c, 0, v)),
+    );
+    all.push((AGE, 0, json!(age(object))));
+    all.extend(wide_columns(ty, object).into_iter().map(|(c, v)| (c, 1, v)));
+    all
+}
+
 fn row(ty: &ResourceType, object: &Value, include: IncludeObject) -> Value {
-    let mut cells = vec![json!(text(object, "/metadata/name"))];
-    cells.extend(extra_columns(ty, object).into_iter().map(|(_, cell)| cell));
-    cells.push(json!(age(object)));
+    let cells: Vec<Value> = columns(ty, object).into_iter().map(|(_, _, v)| v).collect();
     let mut row = json!({"cells": cells});
     match include {
         IncludeObject::None => {}
@@ -215,14 +392,11 @@ pub(crate) fn render(
         .copied()
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let mut columns = vec![NAME];
-    columns.extend(extra_columns(ty, &sample).into_iter().map(|(c, _)| c));
-    columns.push(AGE);
-    let definitions: Vec<Value> = columns
+    let definitions: Vec<Value> = columns(ty, &sample)
         .iter()
-        .map(|c| {
+        .map(|(c, priority, _)| {
             let format = if c.name == "Name" { "name" } else { "" };
-            json!({"name": c.name, "type": c.kind, "format": format, "description": c.description, "priority": 0})
+            json!({"name": c.name, "type": c.kind, "format": format, "description": c.description, "priority": priority})
         })
         .collect();
     json!({
@@ -283,7 +457,21 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, vec!["Name", "Ready", "Status", "Restarts", "Age"]);
+        assert_eq!(
+            names,
+            vec![
+                "Name",
+                "Ready",
+                "Status",
+                "Restarts",
+                "Age",
+                "IP",
+                "Node",
+                "Nominated Node",
+                "Readiness Gates"
+            ]
+        );
+        assert_eq!(table["columnDefinitions"][5]["priority"], 1);
         let cells = table["rows"][0]["cells"].as_array().unwrap();
         assert_eq!(
             cells[..4],

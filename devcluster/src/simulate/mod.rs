@@ -19,6 +19,7 @@ use tokio::{sync::oneshot, task::JoinHandle, time::Instant};
 use crate::{resources::ResourceId, store::Store};
 
 pub use rng::Rng;
+pub(crate) use writes::MANAGED_BY;
 
 /// How the simulation behaves.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,7 +10,7 @@ use crate::{
     store::{self, ObjectKey, Part, Preconditions, Store},
 };
 
-pub(super) const MANAGED_BY: &str = "wasmformer-simulate";
+pub(crate) const MANAGED_BY: &str = "wasmformer-simulate";
 
 pub(super) fn now() -> String {
     jiff::Timestamp::now()

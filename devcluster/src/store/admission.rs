@@ -241,7 +241,7 @@ pub(crate) fn prepare_update(
             status
         }
         Part::Main if ty.status_subresource => current.get("status").cloned(),
-        Part::Main => object.get("status").cloned(),
+        Part::Main | Part::Whole => object.get("status").cloned(),
     };
     let map = object.as_object_mut().unwrap();
     match keep_status {
@@ -269,7 +269,12 @@ pub(crate) fn prepare_update(
         .get("generation")
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let changed = spec_of(current) != spec_of(object);
+    // As the API server's Deployment strategy: annotation changes bump a Deployment's generation
+    // too (they are copied to its ReplicaSets), except through the status subresource.
+    let annotations_changed = part == Part::Main
+        && ty.id == ResourceId::new("apps", "deployments")
+        && current["metadata"]["annotations"] != object["metadata"]["annotations"];
+    let changed = spec_of(current) != spec_of(object) || annotations_changed;
     metadata_mut(object).insert("generation".into(), json!(generation + i64::from(changed)));
     let name = meta_str(current, "name").to_string();
     apply_defaults(ty, object, &name)

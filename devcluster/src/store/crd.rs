@@ -140,6 +140,7 @@ pub(crate) fn type_from_crd(crd: &Value) -> Result<ResourceType, Error> {
                     .map(|p| p.trim_start_matches('.').to_string())
             })
             .collect(),
+        create_only: false,
     })
 }
 

@@ -170,7 +170,42 @@ pub enum Part {
     Main,
     /// Only `.status`, as `PUT/PATCH .../status`.
     Status,
+    /// Spec and status in one write, as the API server's own writers do (the `binding`
+    /// subresource sets `spec.nodeName` and the `PodScheduled` condition together). Not reachable
+    /// over HTTP; the dev cluster's controllers use it.
+    Whole,
 }
+
+/// `DeleteOptions.propagationPolicy`: what happens to the objects that name the deleted one in
+/// their `ownerReferences`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Delete the object now; the garbage collector deletes its dependents afterwards.
+    #[default]
+    Background,
+    /// Keep the object (finalizer `foregroundDeletion`) until the garbage collector has deleted
+    /// its dependents.
+    Foreground,
+    /// Keep the object (finalizer `orphan`) until the garbage collector has removed it from its
+    /// dependents' `ownerReferences`.
+    Orphan,
+}
+
+impl Propagation {
+    /// The finalizer the API server adds for this policy.
+    pub fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Self::Background => None,
+            Self::Foreground => Some(FOREGROUND_FINALIZER),
+            Self::Orphan => Some(ORPHAN_FINALIZER),
+        }
+    }
+}
+
+/// The finalizer of a foreground deletion.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+/// The finalizer of an orphaning deletion.
+pub const ORPHAN_FINALIZER: &str = "orphan";
 
 /// `DeleteOptions.preconditions`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -381,7 +416,18 @@ impl Store {
     /// Deletes an object, or marks it for deletion when it has finalizers. Deleting a namespace
     /// deletes everything in it; deleting a CRD deletes its objects and stops serving the type.
     pub fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
-        self.mutate(|state| state.delete(key, preconditions))
+        self.delete_propagating(key, preconditions, Propagation::Background)
+    }
+
+    /// [`Store::delete`] with a propagation policy: `Foreground` and `Orphan` add their finalizer,
+    /// so the object stays (with a `deletionTimestamp`) until the garbage collector is done.
+    pub fn delete_propagating(
+        &self,
+        key: &ObjectKey,
+        preconditions: &Preconditions,
+        propagation: Propagation,
+    ) -> Result<Deletion> {
+        self.mutate(|state| state.delete(key, preconditions, propagation))
     }
 }
 

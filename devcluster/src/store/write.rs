@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    Deletion, Error, EventKind, NameKey, ObjectKey, Part, Preconditions, Result, SYSTEM_NAMESPACES,
-    State, StoredEvent,
+    Deletion, Error, EventKind, NameKey, ObjectKey, Part, Preconditions, Propagation, Result,
+    SYSTEM_NAMESPACES, State, StoredEvent,
     admission::{self, meta_str, metadata_mut},
     crd,
 };
@@ -280,6 +280,7 @@ impl State {
         &mut self,
         key: &ObjectKey,
         preconditions: &Preconditions,
+        propagation: Propagation,
     ) -> Result<Deletion> {
         self.ty(&key.resource)?;
         let current = self.current(key)?.clone();
@@ -308,10 +309,19 @@ impl State {
                 reason: "this namespace may not be deleted".into(),
             });
         }
-        let has_finalizers = current
+        let mut finalizers: Vec<Value> = current
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
+            .cloned()
+            .unwrap_or_default();
+        let deleting = !meta_str(&current, "deletionTimestamp").is_empty();
+        if let Some(finalizer) = propagation.finalizer()
+            && !deleting
+            && !finalizers.iter().any(|f| f == finalizer)
+        {
+            finalizers.push(json!(finalizer));
+        }
+        let has_finalizers = !finalizers.is_empty();
         if !has_finalizers {
             return Ok(Deletion::Deleted(self.remove(
                 key,
@@ -319,11 +329,12 @@ impl State {
                 current,
             )));
         }
-        if !meta_str(&current, "deletionTimestamp").is_empty() {
+        if deleting {
             return Ok(Deletion::Finalizing(current));
         }
         let mut marked = Value::clone(&current);
         let meta = metadata_mut(&mut marked);
+        meta.insert("finalizers".into(), Value::Array(finalizers));
         meta.insert("deletionTimestamp".into(), json!(admission::now()));
         meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);

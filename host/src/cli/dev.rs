@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use wasmformer::config::HostConfig;
 use wasmformer_devcluster::simulate::{self, SimulationConfig};
-use wasmformer_devcluster::{DevCluster, DevClusterConfig};
+use wasmformer_devcluster::{ControllerConfig, DevCluster, DevClusterConfig};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "The config's `cluster:` section is ignored: the host talks to the dev cluster.\n\
@@ -30,13 +30,27 @@ pub struct DevArgs {
     /// Stop after this long (default: run until SIGINT/SIGTERM).
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     run_for: Option<Duration>,
+    /// Run no controllers: no fake Nodes, nothing turns Deployments into Pods, no scheduling,
+    /// no garbage collection (a bare API server, like kube-apiserver without its
+    /// controller-manager).
+    #[arg(long)]
+    no_controllers: bool,
+    /// How many fake Nodes the controllers create.
+    #[arg(long, value_name = "COUNT", default_value_t = 1)]
+    nodes: usize,
+    /// How long a scheduled Pod stays ContainerCreating before it is Running and Ready.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION", default_value = "500ms")]
+    pod_start_delay: Duration,
 }
 
 pub fn run(args: DevArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config = HostConfig::load(&args.config)?;
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async move {
-        let dev = DevCluster::start(DevClusterConfig::default().addr(args.listen)).await.context("cannot start the dev cluster")?;
+        let controllers = (!args.no_controllers).then(|| ControllerConfig::default().nodes(args.nodes).pod_start_delay(args.pod_start_delay));
+        let dev = DevCluster::start(DevClusterConfig::default().addr(args.listen).controllers(controllers))
+            .await
+            .context("cannot start the dev cluster")?;
         dev.write_kubeconfig(&args.kubeconfig_out)
             .with_context(|| format!("cannot write {}", args.kubeconfig_out.display()))?;
         eprintln!("dev cluster at {}; kubeconfig written to {}", dev.url(), args.kubeconfig_out.display());

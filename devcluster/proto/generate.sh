@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerates kubernetes.fds.gz: the protobuf descriptors of every Kubernetes API type, compiled
+# by protoc from the generated.proto files of the k8s.io modules the kube-apiserver harness
+# (tests/kube-apiserver) builds against, so the dev cluster decodes exactly the wire format of
+# the version it reports. Needs go and protoc (apt-get install protobuf-compiler).
+#
+# Usage: devcluster/proto/generate.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+harness="$here/../../tests/kube-apiserver"
+root="$(mktemp -d)"
+trap 'rm -rf "$root"' EXIT
+
+mkdir -p "$root/k8s.io"
+for module in k8s.io/api k8s.io/apimachinery k8s.io/apiextensions-apiserver; do
+  dir="$(cd "$harness" && go list -m -f '{{.Dir}}' "$module")"
+  [[ -d "$dir" ]] || { echo "module $module not downloaded: run tests/kube-apiserver/build.sh" >&2; exit 1; }
+  ln -s "$dir" "$root/$module"
+done
+cd "$root"
+mapfile -t protos < <(find -L k8s.io -name generated.proto | LC_ALL=C sort)
+protoc --include_imports --descriptor_set_out="$root/kubernetes.fds" -I "$root" "${protos[@]}"
+gzip -9n <"$root/kubernetes.fds" >"$here/kubernetes.fds.gz"
+echo "wrote $here/kubernetes.fds.gz from ${#protos[@]} files" >&2
