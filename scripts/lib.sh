@@ -18,3 +18,19 @@ ensure_kubectl() {
     command -v kubectl >/dev/null 2>&1 || { echo "kubectl is required: install it (e.g. apt-get install kubernetes-client)" >&2; exit 1; }
   fi
 }
+
+# Python 3 (with venv and pip) and Node.js (with npm) build Python and JavaScript plugins; Debian
+# packages them.
+ensure_interpreters() {
+  local missing=()
+  command -v python3 >/dev/null 2>&1 && python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3 python3-venv python3-pip)
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+  if ((${#missing[@]})); then
+    echo "installing ${missing[*]} (Debian packages)" >&2
+    if command -v apt-get >/dev/null 2>&1; then
+      (apt-get update -qq && apt-get install -y -qq "${missing[@]}") >&2 || true
+    fi
+  fi
+  command -v python3 >/dev/null 2>&1 || { echo "python3 (3.10+, with venv and pip) is required for Python plugins" >&2; exit 1; }
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "node (18+) and npm are required for JavaScript plugins" >&2; exit 1; }
+}

@@ -1,10 +1,13 @@
 //! Command-line interface: argument types and one function per subcommand.
 
 mod admin;
+mod build;
 mod dev;
 mod inspect;
+mod new;
 mod replay;
 mod run;
+mod toolchain;
 mod validate;
 
 use std::path::PathBuf;
@@ -59,13 +62,19 @@ pub enum Command {
     Status(admin::StatusArgs),
     /// Make a running host reload its config file, or one plugin's wasm file.
     Reload(admin::ReloadArgs),
+    /// Create a plugin folder (Rust, Python or JavaScript) that builds and replays as generated.
+    New(new::NewArgs),
+    /// Build a plugin folder into a component with its language's toolchain.
+    Build(build::BuildArgs),
+    /// Install (once) the Python and JavaScript plugin toolchains and print where they are.
+    Toolchain(toolchain::ToolchainArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) => "warn,plugin=off",
+        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) | Command::New(_) | Command::Build(_) | Command::Toolchain(_) => "warn,plugin=off",
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -87,5 +96,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Validate(validate) => validate::run(validate, cache_dir),
         Command::Status(status) => admin::status(status),
         Command::Reload(reload) => admin::reload(reload),
+        Command::New(new) => new::run(new),
+        Command::Build(build) => build::run(build),
+        Command::Toolchain(toolchain) => toolchain::run_command(toolchain),
     }
 }

@@ -26,15 +26,33 @@ pub fn run(args: ValidateArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exi
     };
     let engine = PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     for (i, plugin) in config.plugins.iter().enumerate() {
-        if let Err(e) = LoadedPlugin::load(&engine, plugin.name.as_str(), &config.wasm_path(plugin)) {
-            problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e)));
+        match LoadedPlugin::load(&engine, plugin.name.as_str(), &config.wasm_path(plugin)) {
+            Ok(loaded) => warnings.extend(memory_warning(&loaded, plugin.limits.memory_bytes, i)),
+            Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e))),
         }
+    }
+    for warning in &warnings {
+        println!("warning: {warning}");
     }
     if !args.offline {
         problems.extend(check_cluster(&config));
     }
     Ok(report(&args.config, &problems))
+}
+
+/// A warning when a fresh instance of `plugin` already needs more memory than its limit allows
+/// (every instantiation would trap: Python and JavaScript plugins start at 10-20 MiB).
+fn memory_warning(plugin: &LoadedPlugin, limit: usize, i: usize) -> Option<String> {
+    let at_start = plugin.memory_at_start().ok()?;
+    (at_start > limit).then(|| {
+        format!(
+            "plugins[{i}].limits.memoryBytes: {} starts with {at_start} bytes of memory, more than its limit of {limit}; \
+             raise memoryBytes above {at_start}",
+            plugin.name()
+        )
+    })
 }
 
 /// Resolves every plugin's kinds against the cluster.

@@ -87,6 +87,22 @@ pub enum LoadError {
         #[source]
         source: wasmtime::Error,
     },
+    /// The component imports an interface the host does not link (`wasi:http`, say); the
+    /// message names the import and how to build without it.
+    #[error("plugin {plugin}: {path} imports what the host does not provide: {import}; {fix}")]
+    UnlinkedImport {
+        /// The plugin's name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// The import, e.g. `wasi:http/types@0.2.3`.
+        import: String,
+        /// How to build the plugin without it.
+        fix: &'static str,
+        /// wasmtime's error.
+        #[source]
+        source: wasmtime::Error,
+    },
     /// Instantiating or calling `init` failed.
     #[error("plugin {plugin}: failed to start")]
     Start {

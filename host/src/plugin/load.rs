@@ -2,15 +2,15 @@
 //! from the cache), and resolve its imports against the host's linker.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{Engine, Store};
 
 use super::bindings::PluginPre;
 use super::engine::{PluginEngine, content_hash};
-use super::host::HostState;
+use super::host::{Grants, HostState, LogSink};
 use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LoadError};
 
 /// The interface every plugin exports (without version).
@@ -71,11 +71,9 @@ impl LoadedPlugin {
         let (component, from_cache) = engine
             .compile(wasm, &digest)
             .map_err(|source| LoadError::Compile { plugin: plugin.clone(), path: file.clone(), source })?;
-        check_contract(&describe(engine.engine(), &component), &plugin, &file)?;
-        let instance_pre = engine
-            .linker()
-            .instantiate_pre(&component)
-            .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
+        let info = describe(engine.engine(), &component);
+        check_contract(&info, &plugin, &file)?;
+        let instance_pre = engine.linker().instantiate_pre(&component).map_err(|source| unlinked(&info, &plugin, &file, source))?;
         let pre = PluginPre::new(instance_pre)
             .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
         let load_time = started.elapsed();
@@ -110,6 +108,53 @@ impl LoadedPlugin {
 
     pub(crate) fn pre(&self) -> &PluginPre<HostState> {
         &self.inner.pre
+    }
+
+    /// The size of the largest linear memory of a fresh instance, before `init`: what an
+    /// instance needs at the least (Python and JavaScript plugins start at about 10-20 MiB).
+    /// `wasmformer validate` compares it with the plugin's memory limit.
+    pub fn memory_at_start(&self) -> wasmtime::Result<usize> {
+        let log = Arc::new(Mutex::new(LogSink::new(self.inner.name.as_str().into(), 0, None)));
+        let state = HostState::new(self.inner.name.as_str().into(), usize::MAX, Arc::new(Grants::none()), log);
+        let mut store = Store::new(self.pre().engine(), state);
+        store.limiter(|s| &mut s.memory);
+        store.set_epoch_deadline(u64::MAX / 2);
+        self.pre().instantiate(&mut store)?;
+        Ok(store.data().memory.peak)
+    }
+}
+
+/// The error for a component whose imports the linker cannot satisfy: names the first import
+/// wasmtime's message mentions and how to build without it.
+fn unlinked(info: &ContractInfo, plugin: &str, path: &Path, source: wasmtime::Error) -> LoadError {
+    let message = format!("{source:#}");
+    match info.imports.iter().find(|import| message.contains(import.as_str())) {
+        Some(import) => LoadError::UnlinkedImport {
+            plugin: plugin.to_owned(),
+            path: path.to_owned(),
+            import: import.clone(),
+            fix: import_fix(import),
+            source,
+        },
+        None => LoadError::UnsatisfiedImport { plugin: plugin.to_owned(), path: path.to_owned(), source },
+    }
+}
+
+/// How to build a plugin without `import`, which the host does not link.
+fn import_fix(import: &str) -> &'static str {
+    if import.starts_with("wasi:http/") {
+        "plugins get no network; a JavaScript plugin built with componentize-js imports wasi:http unless \
+         its `http` and `fetch-event` features are disabled (`disableFeatures: [\"http\", \"fetch-event\"]`, \
+         as `wasmformer build` does)"
+    } else if import.starts_with("wasi:sockets/") {
+        "plugins get no network; build without sockets (this host links wasi:sockets 0.2 only, and denies every address)"
+    } else if import.starts_with("wasmformer:plugin/") {
+        "it was built for another contract: rebuild it with this host's SDK"
+    } else if import.starts_with("wasi:") {
+        "this host links WASI 0.2 cli, clocks, filesystem, io, random and sockets (no files, network or \
+         environment); build for WASI 0.2 (Rust: wasm32-wasip2) without this import"
+    } else {
+        "this host provides only wasmformer:plugin (lister, log) and WASI 0.2; remove the import"
     }
 }
 
@@ -195,6 +240,15 @@ mod tests {
         assert_eq!(check_header(b"\0asm\x01\x00\x00\x00rest"), Err(true));
         assert_eq!(check_header(b"#!/bin/sh\n"), Err(false));
         assert_eq!(check_header(b""), Err(false));
+    }
+
+    #[test]
+    fn an_unlinked_import_gets_a_fix_naming_what_to_change() {
+        assert!(import_fix("wasi:http/outgoing-handler@0.2.3").contains("disableFeatures: [\"http\", \"fetch-event\"]"));
+        assert!(import_fix("wasi:sockets/tcp@0.3.0").contains("no network"));
+        assert!(import_fix("wasi:keyvalue/store@0.2.0").contains("WASI 0.2"));
+        assert!(import_fix("wasmformer:plugin/writer@0.3.0").contains("another contract"));
+        assert!(import_fix("acme:secrets/vault").contains("remove the import"));
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub(crate) struct MemoryLimitExceeded {
 /// Enforces the per-instance memory limit with a typed error, so the trap can be told apart.
 pub(crate) struct MemoryCap {
     pub limit: usize,
+    /// The largest size a memory of this instance has been allowed to reach.
+    pub peak: usize,
 }
 
 impl ResourceLimiter for MemoryCap {
@@ -45,6 +47,7 @@ impl ResourceLimiter for MemoryCap {
         if desired > self.limit {
             return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.limit, desired }));
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 
@@ -77,7 +80,7 @@ impl HostState {
             plugin,
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap { limit: memory_limit },
+            memory: MemoryCap { limit: memory_limit, peak: 0 },
             grants,
             log,
             deadline: Instant::now(),

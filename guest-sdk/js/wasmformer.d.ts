@@ -1,0 +1,69 @@
+// TypeScript declarations of the JavaScript SDK (`wasmformer.js`). The contract's own types,
+// generated from the WIT by `gentypes.mjs`, are in types/.
+/// <reference path="./types/plugin.d.ts" />
+
+import type { Gvk } from "wasmformer:plugin/types@0.2.0";
+
+export type { Gvk };
+export type Level = import("wasmformer:plugin/log@0.2.0").Level;
+
+/** The contract version this SDK builds plugins for (the WIT package version). */
+export const CONTRACT_VERSION: string;
+
+/** The kind of a manifest's `apiVersion` and `kind`: `gvk("apps/v1", "ReplicaSet")`. */
+export function gvk(apiVersion: string, kind: string): Gvk;
+
+/** One Kubernetes object from the host's cache. */
+export class KubeObject {
+  /** The object's group, version and kind. */
+  readonly kind: Gvk;
+  /** `metadata.namespace`; empty for cluster-scoped objects. */
+  readonly namespace: string;
+  /** `metadata.name`. */
+  readonly name: string;
+  /** `metadata.uid`. */
+  readonly uid: string;
+  /** `metadata.resourceVersion`. */
+  readonly resourceVersion: string;
+  /** `metadata.labels`, in key order. */
+  readonly labels: Record<string, string>;
+  /** The whole object as compact JSON text. */
+  readonly body: string;
+  /** The value of label `key`, or `undefined`. */
+  label(key: string): string | undefined;
+  /** The whole object, parsed once. */
+  json(): any;
+}
+
+/** A plugin's event handlers. Every method defaults to doing nothing; throw to fail a call. */
+export class Plugin {
+  init(config: Record<string, unknown>): void;
+  onAdd(obj: KubeObject, initial: boolean): void;
+  onUpdate(oldObj: KubeObject, newObj: KubeObject): void;
+  onDelete(obj: KubeObject, finalStateUnknown: boolean): void;
+}
+
+/** Makes `pluginClass` the component's handler (one per plugin). */
+export function exportPlugin<T extends new () => Plugin>(pluginClass: T): T;
+
+export function log(level: Level, message: unknown): void;
+export function trace(message: unknown): void;
+export function debug(message: unknown): void;
+export function info(message: unknown): void;
+export function warn(message: unknown): void;
+export function error(message: unknown): void;
+
+/** Why a lister call returned nothing. */
+export class ListerError extends Error {
+  readonly code: "not-found" | "forbidden" | "invalid-selector" | "unknown-index";
+}
+
+/** Reads of the host's informer cache (never a call to the API server). */
+export const lister: {
+  get(kind: Gvk, namespace: string, name: string): KubeObject;
+  list(kind: Gvk, namespace?: string, labelSelector?: string): KubeObject[];
+  byIndex(kind: Gvk, index: string, value: string): KubeObject[];
+};
+
+/** The `handler` export componentize-js calls (generated entry modules re-export it). */
+export const handler: typeof import("wasmformer:plugin/handler@0.2.0");

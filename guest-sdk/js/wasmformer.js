@@ -1,0 +1,222 @@
+// The JavaScript SDK for wasmformer plugins (an ES module).
+//
+// A plugin is a subclass of `Plugin` (every method defaults to doing nothing) and one
+// `exportPlugin(MyPlugin)` line:
+//
+//     import { Plugin, exportPlugin, info } from "wasmformer";
+//
+//     class PodLogger extends Plugin {
+//       onAdd(pod, initial) { info(`New Pod Added to Store: ${pod.name}`); }
+//     }
+//
+//     exportPlugin(PodLogger);
+//
+// `wasmformer build` makes it a component with componentize-js (its WASI `http` and
+// `fetch-event` features disabled: the host gives plugins no network). The host creates the
+// plugin once per instance, calls `init` with its config, then one handler at a time; state on
+// `this` lasts between calls (until a trap recreates the instance). A handler that throws fails
+// its call with `"<ErrorType>: <message>"`.
+
+import { log as hostLog } from "wasmformer:plugin/log@0.2.0";
+import * as witLister from "wasmformer:plugin/lister@0.2.0";
+
+/** The contract version this SDK builds plugins for (the WIT package version). */
+export const CONTRACT_VERSION = "0.2.0";
+
+/** The kind of a manifest's `apiVersion` and `kind`: `gvk("apps/v1", "ReplicaSet")`. */
+export function gvk(apiVersion, kind) {
+  const slash = apiVersion.lastIndexOf("/");
+  return slash < 0
+    ? { group: "", version: apiVersion, kind }
+    : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1), kind };
+}
+
+// The fixed fields at the start of an object's packed `meta`, in order (see wit/types.wit).
+const FIXED = 7;
+
+/**
+ * One Kubernetes object from the host's cache. Kind, identity and labels come from one short
+ * NUL-separated string; `json()` parses the body on first use.
+ */
+export class KubeObject {
+  constructor(meta, body) {
+    const fields = meta.split("\0");
+    while (fields.length < FIXED) fields.push("");
+    this._fields = fields;
+    /** The whole object as compact JSON text. */
+    this.body = body;
+    this._parsed = undefined;
+  }
+
+  /** The object's `{group, version, kind}`. */
+  get kind() {
+    return { group: this._fields[0], version: this._fields[1], kind: this._fields[2] };
+  }
+  /** `metadata.namespace`; empty for cluster-scoped objects. */
+  get namespace() {
+    return this._fields[3];
+  }
+  /** `metadata.name`. */
+  get name() {
+    return this._fields[4];
+  }
+  /** `metadata.uid`. */
+  get uid() {
+    return this._fields[5];
+  }
+  /** `metadata.resourceVersion`. */
+  get resourceVersion() {
+    return this._fields[6];
+  }
+  /** `metadata.labels` as an object, in key order. */
+  get labels() {
+    const labels = {};
+    for (let i = FIXED; i + 1 < this._fields.length; i += 2) labels[this._fields[i]] = this._fields[i + 1];
+    return labels;
+  }
+  /** The value of label `key`, or `undefined`. */
+  label(key) {
+    for (let i = FIXED; i + 1 < this._fields.length; i += 2) {
+      if (this._fields[i] === key) return this._fields[i + 1];
+    }
+    return undefined;
+  }
+  /** The whole object, parsed once. */
+  json() {
+    if (this._parsed === undefined) this._parsed = JSON.parse(this.body);
+    return this._parsed;
+  }
+}
+
+function fromWit(obj) {
+  return new KubeObject(obj.meta, obj.body);
+}
+
+/** A plugin's event handlers, in client-go's terms. Every method defaults to doing nothing. */
+export class Plugin {
+  /** Receives the plugin's `config` block from the host configuration (`{}` when absent). */
+  init(config) {}
+  /** An object was added; `initial` is true for objects from the initial list. */
+  onAdd(obj, initial) {}
+  /** An object changed; on a resync `oldObj` and `newObj` are the same object. */
+  onUpdate(oldObj, newObj) {}
+  /** An object was deleted; `finalStateUnknown` is true when the delete was inferred after a relist. */
+  onDelete(obj, finalStateUnknown) {}
+}
+
+// --- logging -------------------------------------------------------------------------------
+
+/** Writes one message into the host's log; `level` is trace, debug, info, warn or error. */
+export function log(level, message) {
+  hostLog(level, String(message));
+}
+export const trace = (message) => log("trace", message);
+export const debug = (message) => log("debug", message);
+export const info = (message) => log("info", message);
+export const warn = (message) => log("warn", message);
+export const error = (message) => log("error", message);
+
+// --- the lister ----------------------------------------------------------------------------
+
+/** Why a lister call returned nothing; `code` is not-found, forbidden, invalid-selector or unknown-index. */
+export class ListerError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = "ListerError";
+    this.code = code;
+  }
+}
+
+function listerError(e) {
+  const payload = e && e.payload;
+  if (!payload || typeof payload.tag !== "string") return e;
+  switch (payload.tag) {
+    case "not-found":
+      return new ListerError("not-found", "not found");
+    case "forbidden":
+      return new ListerError("forbidden", `forbidden: ${payload.val}`);
+    case "invalid-selector":
+      return new ListerError("invalid-selector", `invalid label selector: ${payload.val}`);
+    default:
+      return new ListerError(payload.tag, `unknown index: ${payload.val}`);
+  }
+}
+
+function reading(call) {
+  try {
+    return call();
+  } catch (e) {
+    throw listerError(e);
+  }
+}
+
+/** Reads of the host's informer cache (never a call to the API server). */
+export const lister = {
+  /** The object `namespace`/`name` (namespace "" for cluster-scoped kinds); throws `ListerError`. */
+  get(kind, namespace, name) {
+    return fromWit(reading(() => witLister.get(kind, namespace, name)));
+  },
+  /** Objects of `kind` in `namespace` (undefined: all) matching `labelSelector` ("": all). */
+  list(kind, namespace = undefined, labelSelector = "") {
+    return reading(() => witLister.list(kind, namespace, labelSelector)).map(fromWit);
+  },
+  /** Objects of `kind` whose index `index` holds `value`. */
+  byIndex(kind, index, value) {
+    return reading(() => witLister.byIndex(kind, index, value)).map(fromWit);
+  },
+};
+
+// --- the export ----------------------------------------------------------------------------
+
+let PluginClass = undefined;
+let instance = undefined;
+
+/** Makes `pluginClass` the component's handler (one per plugin). */
+export function exportPlugin(pluginClass) {
+  PluginClass = pluginClass;
+  return pluginClass;
+}
+
+function failure(e) {
+  if (e instanceof Error) return `${e.name}: ${e.message}`;
+  return `${typeof e === "string" ? "Error" : typeof e}: ${String(e)}`;
+}
+
+// componentize-js turns a thrown value into the `err` of a `result` export.
+function calling(f) {
+  if (instance === undefined) throw "plugin called before init";
+  try {
+    f(instance);
+  } catch (e) {
+    throw failure(e);
+  }
+}
+
+/** The `handler` export componentize-js calls; forwards to the exported `Plugin`. */
+export const handler = {
+  init(config) {
+    if (PluginClass === undefined) throw "no plugin exported: call exportPlugin(MyPlugin) in the plugin module";
+    let parsed;
+    try {
+      parsed = config.trim() === "" ? {} : JSON.parse(config);
+    } catch (e) {
+      throw `plugin config is not JSON: ${e.message}`;
+    }
+    try {
+      const plugin = new PluginClass();
+      plugin.init(parsed);
+      instance = plugin;
+    } catch (e) {
+      throw failure(e);
+    }
+  },
+  onAdd(obj, initial) {
+    calling((p) => p.onAdd(fromWit(obj), initial));
+  },
+  onUpdate(oldObj, newObj) {
+    calling((p) => p.onUpdate(fromWit(oldObj), fromWit(newObj)));
+  },
+  onDelete(obj, finalStateUnknown) {
+    calling((p) => p.onDelete(fromWit(obj), finalStateUnknown));
+  },
+};

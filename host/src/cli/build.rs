@@ -1,0 +1,261 @@
+//! `wasmformer build [DIR]`: builds a plugin folder into a component with its language's
+//! toolchain, saying what it runs. Rust: `cargo build --release --target wasm32-wasip2`. Python
+//! and JavaScript: the SDK and the WIT are staged beside the plugin's sources and handed to
+//! componentize-py / componentize-js (installed on first use, see [`super::toolchain`]). A
+//! Python or JavaScript build is cached by the hash of its sources, the SDK, the WIT and the
+//! toolchain's pins: building unchanged sources again copies the cached component.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+
+use super::toolchain::{self, JS_SDK, PYTHON_SDK, Tool, WIT};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "The language is told by the folder: Cargo.toml (Rust), package.json (JavaScript), \
+pyproject.toml or app.py (Python).\nPython and JavaScript components are written to DIR/build/NAME.wasm.")]
+pub struct BuildArgs {
+    /// The plugin's folder.
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Also copy the component here.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Then run `wasmformer replay` with the folder's events.yaml.
+    #[arg(long)]
+    replay: bool,
+}
+
+/// A plugin's language, told by the files in its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
+impl Lang {
+    pub fn detect(dir: &Path) -> anyhow::Result<Self> {
+        if dir.join("Cargo.toml").is_file() {
+            Ok(Lang::Rust)
+        } else if dir.join("package.json").is_file() {
+            Ok(Lang::Js)
+        } else if dir.join("pyproject.toml").is_file() || dir.join("app.py").is_file() {
+            Ok(Lang::Python)
+        } else {
+            bail!("{} is not a plugin folder: it has no Cargo.toml, package.json, pyproject.toml or app.py", dir.display())
+        }
+    }
+}
+
+pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let dir = args.dir.canonicalize().with_context(|| format!("no plugin folder {}", args.dir.display()))?;
+    let wasm = build(&dir)?;
+    if let Some(out) = &args.out {
+        std::fs::copy(&wasm, out).with_context(|| format!("copy the component to {}", out.display()))?;
+    }
+    println!("{}", args.out.as_ref().unwrap_or(&wasm).display());
+    if args.replay {
+        let events = dir.join("events.yaml");
+        let exe = std::env::current_exe().context("find the wasmformer executable")?;
+        eprintln!("replaying {}", events.display());
+        let status = Command::new(exe).arg("replay").arg("--plugin").arg(&wasm).arg("--events").arg(&events).status()?;
+        return Ok(ExitCode::from(status.code().unwrap_or(2) as u8));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the plugin in `dir` (canonical) and returns the component's path.
+pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
+    match Lang::detect(dir)? {
+        Lang::Rust => build_rust(dir),
+        Lang::Python => build_componentized(dir, Tool::Python),
+        Lang::Js => build_componentized(dir, Tool::Js),
+    }
+}
+
+fn build_rust(dir: &Path) -> anyhow::Result<PathBuf> {
+    let metadata =
+        Command::new("cargo").current_dir(dir).args(["metadata", "--format-version", "1", "--no-deps"]).output().context("run cargo metadata")?;
+    if !metadata.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&metadata.stderr).trim());
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).context("read cargo metadata")?;
+    let manifest = dir.join("Cargo.toml");
+    let package = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(manifest.as_path()))
+        .context("cargo metadata does not list this folder's package")?;
+    let name = package["name"].as_str().context("package without a name")?.to_owned();
+    let target_dir = PathBuf::from(metadata["target_directory"].as_str().context("no target directory")?);
+    toolchain::run(Command::new("cargo").current_dir(dir).args(["build", "--release", "--target", "wasm32-wasip2", "-p", &name]))?;
+    let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{}.wasm", name.replace('-', "_")));
+    if !wasm.is_file() {
+        bail!("cargo built no {}: is the crate a cdylib (`[lib] crate-type = [\"cdylib\"]`)?", wasm.display());
+    }
+    Ok(wasm)
+}
+
+/// The plugin's name: `name` in pyproject.toml or package.json, else the folder's name.
+fn plugin_name(dir: &Path, tool: Tool) -> String {
+    let declared = match tool {
+        Tool::Js => std::fs::read_to_string(dir.join("package.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["name"].as_str().map(str::to_owned)),
+        Tool::Python => std::fs::read_to_string(dir.join("pyproject.toml")).ok().and_then(|text| {
+            text.lines().find_map(|line| {
+                let (key, value) = line.split_once('=')?;
+                (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
+            })
+        }),
+    };
+    declared.filter(|n| !n.is_empty()).unwrap_or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into()))
+}
+
+/// The entry module of a JavaScript plugin: `main` in package.json, else `plugin.js`.
+fn js_main(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("package.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["main"].as_str().map(|m| m.trim_start_matches("./").to_owned()))
+        .unwrap_or_else(|| "plugin.js".into())
+}
+
+/// The plugin's source files (relative paths, sorted): what a build reads from its folder.
+fn sources(dir: &Path, tool: Tool) -> anyhow::Result<Vec<PathBuf>> {
+    let extensions: &[&str] = match tool {
+        Tool::Python => &["py", "toml"],
+        Tool::Js => &["js", "mjs", "json"],
+    };
+    let mut found = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        for entry in std::fs::read_dir(dir.join(&rel)).with_context(|| format!("read {}", dir.join(&rel).display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || ["build", "node_modules", "__pycache__", "target"].contains(&name.as_str()) {
+                continue;
+            }
+            let path = rel.join(&name);
+            if entry.file_type()?.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| extensions.contains(&&*e.to_string_lossy())) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
+    let name = plugin_name(dir, tool);
+    let toolchain = toolchain::ensure(tool)?;
+    let sources = sources(dir, tool)?;
+    let sdk = match tool {
+        Tool::Python => PYTHON_SDK,
+        Tool::Js => JS_SDK,
+    };
+
+    // The build's identity: toolchain, SDK, WIT and sources (paths and contents).
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{}\n", toolchain.key));
+    for (path, text) in sdk.iter().chain(WIT) {
+        hasher.update(format!("{path}\n{}\n", text.len()));
+        hasher.update(text);
+    }
+    for rel in &sources {
+        let bytes = std::fs::read(dir.join(rel))?;
+        hasher.update(format!("{}\n{}\n", rel.display(), bytes.len()));
+        hasher.update(&bytes);
+    }
+    let key = hex::encode(hasher.finalize());
+    let cached = toolchain::cache_root()?.join("builds").join(format!("{}.wasm", &key[..32]));
+    let out_dir = dir.join("build");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
+    let wasm = out_dir.join(format!("{name}.wasm"));
+    if cached.is_file() {
+        eprintln!("{name}: sources unchanged since a previous build, reusing {}", cached.display());
+        std::fs::copy(&cached, &wasm)?;
+        return Ok(wasm);
+    }
+
+    let stage = out_dir.join(".stage");
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage)?;
+    }
+    let sdk_dir = if tool == Tool::Js { stage.join("src") } else { stage.clone() };
+    for (path, text) in sdk {
+        write(&sdk_dir.join(path), text)?;
+    }
+    for (path, text) in WIT {
+        write(&stage.join("wit").join(path), text)?;
+    }
+    let started = std::time::Instant::now();
+    eprintln!("building {name} ({}) with {}", if tool == Tool::Python { "Python" } else { "JavaScript" }, tool.name());
+    let built = stage.join("plugin.wasm");
+    let mut command = toolchain.command();
+    match tool {
+        Tool::Python => {
+            let app = if dir.join("app.py").is_file() { "app" } else { bail!("{}: a Python plugin's module is app.py", dir.display()) };
+            write(
+                &stage.join("wasmformer_main.py"),
+                &format!(
+                    "# Generated by wasmformer build: the plugin module, then the SDK's handler.\nimport {app}  # noqa: F401\nfrom wasmformer import Handler  # noqa: F401\n"
+                ),
+            )?;
+            command
+                .arg("-d")
+                .arg(stage.join("wit"))
+                .args(["-w", "plugin", "componentize", "-p"])
+                .arg(&stage)
+                .arg("-p")
+                .arg(dir)
+                .arg("wasmformer_main")
+                .arg("-o")
+                .arg(&built);
+        }
+        Tool::Js => {
+            // componentize-js resolves relative imports only: the sources are staged beside the
+            // SDK, with `from "wasmformer"` pointing at it.
+            for rel in &sources {
+                let text = std::fs::read_to_string(dir.join(rel))?;
+                let depth = rel.components().count() - 1;
+                let sdk_path = if depth == 0 { "./wasmformer.js".to_owned() } else { format!("{}wasmformer.js", "../".repeat(depth)) };
+                let text =
+                    text.replace("from \"wasmformer\"", &format!("from \"{sdk_path}\"")).replace("from 'wasmformer'", &format!("from '{sdk_path}'"));
+                write(&stage.join("src").join(rel), &text)?;
+            }
+            let main = js_main(dir);
+            if !dir.join(&main).is_file() {
+                bail!("{}: no {main} (the plugin's entry module, `main` in package.json)", dir.display());
+            }
+            // The entry: the plugin's module (which calls exportPlugin), then the SDK's handler.
+            write(&stage.join("src/wasmformer_main.js"), &format!("import \"./{main}\";\nexport {{ handler }} from \"./wasmformer.js\";\n"))?;
+            command.arg(stage.join("src/wasmformer_main.js")).arg(stage.join("wit")).arg(&built);
+        }
+    }
+    toolchain::run(&mut command)?;
+    std::fs::copy(&built, &wasm)?;
+    if let Some(parent) = cached.parent() {
+        std::fs::create_dir_all(parent)?;
+        let tmp = parent.join(format!(".{}.{}.tmp", &key[..32], std::process::id()));
+        std::fs::copy(&built, &tmp)?;
+        std::fs::rename(&tmp, &cached)?;
+    }
+    std::fs::remove_dir_all(&stage)?;
+    eprintln!("built {name} in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(wasm)
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}

@@ -1,0 +1,40 @@
+// A misbehaving JavaScript plugin: what it does depends on the object's name.
+//
+// `loop*` spins forever, `grow*` allocates without bound, `raise*` throws, `open*` tries to read a
+// file, `flood*` logs far more than the host allows per call; any other object logs
+// `ok <name> call <n>`, where n counts this instance's calls (state kept between calls).
+
+import { Plugin, exportPlugin, info } from "wasmformer";
+
+class Hostile extends Plugin {
+  init(config) {
+    this.calls = 0;
+  }
+
+  onAdd(obj, initial) {
+    this.calls += 1;
+    const name = obj.name;
+    if (name.startsWith("loop")) {
+      for (;;) {}
+    }
+    if (name.startsWith("grow")) {
+      const hoard = [];
+      for (;;) hoard.push(new Uint8Array(1 << 20).fill(1));
+    }
+    if (name.startsWith("raise")) {
+      throw new TypeError(`refusing ${name} on purpose`);
+    }
+    if (name.startsWith("open")) {
+      // No file API exists in the sandbox: neither `fs` nor `fetch` of a file URL.
+      const text = globalThis.fetch ? globalThis.fetch("file:///etc/hostname") : globalThis.require("fs").readFileSync("/etc/hostname");
+      info(`read a file: ${text}`);
+    }
+    if (name.startsWith("flood")) {
+      for (let i = 0; i < 20000; i++) info(`flood line ${i} of 20000 for ${name}`);
+      console.log("and stdout too");
+    }
+    info(`ok ${name} call ${this.calls}`);
+  }
+}
+
+exportPlugin(Hostile);
