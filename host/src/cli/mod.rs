@@ -3,6 +3,7 @@
 mod admin;
 mod dev;
 mod inspect;
+mod rbac;
 mod replay;
 mod run;
 mod validate;
@@ -59,13 +60,15 @@ pub enum Command {
     Status(admin::StatusArgs),
     /// Make a running host reload its config file, or one plugin's wasm file.
     Reload(admin::ReloadArgs),
+    /// Print the RBAC roles (and ServiceAccount bindings) exactly a configuration needs.
+    Rbac(rbac::RbacArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) => "warn,plugin=off",
+        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) | Command::Rbac(_) => "warn,plugin=off",
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -87,5 +90,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Validate(validate) => validate::run(validate, cache_dir),
         Command::Status(status) => admin::status(status),
         Command::Reload(reload) => admin::reload(reload),
+        Command::Rbac(rbac) => rbac::run(rbac),
     }
 }

@@ -8,10 +8,12 @@ use crate::cache::{Gvk, LabelSelector, Store, StoreSource};
 use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
-/// The stores one plugin may read, by kind. A kind it handles is granted too.
+/// The stores one plugin may read, by kind (a kind it handles is granted too), and what it may
+/// write.
 #[derive(Debug, Default, Clone)]
 pub struct Grants {
     stores: HashMap<Gvk, Arc<dyn StoreSource>>,
+    writes: Option<Arc<super::WriteAccess>>,
 }
 
 impl Grants {
@@ -34,6 +36,17 @@ impl Grants {
     /// The current store for `gvk`, if granted.
     pub fn store(&self, gvk: &Gvk) -> Option<Arc<Store>> {
         self.stores.get(gvk).map(|source| source.current())
+    }
+
+    /// Grants the writes `access` allows (without it, every write answers `forbidden`).
+    pub fn grant_writes(&mut self, access: Arc<super::WriteAccess>) -> &mut Self {
+        self.writes = Some(access);
+        self
+    }
+
+    /// What the plugin may write, if anything.
+    pub fn writes(&self) -> Option<Arc<super::WriteAccess>> {
+        self.writes.clone()
     }
 
     /// The granted kinds.
