@@ -60,3 +60,27 @@ fn rbac_prints_the_roles_a_config_needs() {
     assert!(!docs[2].contains("- delete"), "{stdout}");
     assert!(docs[3].contains("kind: RoleBinding") && docs[3].contains("name: runner") && docs[3].contains("namespace: ops"), "{stdout}");
 }
+
+#[test]
+fn validate_reports_bad_write_grants_and_limits_with_their_locations() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "plugins:\n  - name: a\n    wasm: a.wasm\n    handles: [{apiVersion: v1, kind: Pod}]\n    write:\n      - {apiVersion: v1, kind: Pod, verbs: [apply, replace]}\n    limits: {writeQps: 0}\n  - name: b\n    wasm: b.wasm\n    handles: [{apiVersion: v1, kind: Pod}]\n    write:\n      - {apiVersion: v1, kind: '', verbs: []}\n      - {apiVersion: events.k8s.io/v1, kind: Event, verbs: [create]}\n    limits: {writeTimeout: 0s, manifestBytes: 0}\n",
+    )
+    .unwrap();
+    let out = wasmformer(&["validate", "--offline", "--config", config.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for expected in [
+        "plugins[0].write[0].verbs[1]: unknown variant `replace`, expected one of `apply`, `patch`, `create`, `delete`",
+        "plugins[1].write[0].kind: must not be empty",
+        "plugins[1].write[0].verbs: list at least one of apply, patch, create, delete",
+        "plugins[1].write[1]: Events are granted with `events: true`, not `write:`",
+        "plugins[1].limits.manifestBytes: must be more than 0",
+        "plugins[1].limits.writeTimeout: must be more than 0s",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} in\n{stdout}");
+    }
+}

@@ -225,3 +225,34 @@ async fn dry_run_sends_dry_run_all_and_changes_nothing() {
     assert!(stored.contains("\"a\":\"1\""), "the server validated and answered: {stored}");
     assert!(Api::<ConfigMap>::namespaced(admin, &ns).get_opt("dry").await.unwrap().is_none(), "dryRun=All stores nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_in_dry_run_mode_runs_label_sync_and_changes_nothing() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let server = KubeApiserver::shared();
+    let (admin, ns) = (server.admin().await, server.namespace("w-dry-host").await);
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}})).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let yaml = format!(
+        "plugins:\n  - name: label-sync\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: {ns}}}, {{apiVersion: v1, kind: Namespace}}]\n    write: [{{apiVersion: v1, kind: Pod, verbs: [apply]}}]\n",
+        wasmformer_tests::guests::LABEL_SYNC
+    );
+    let config = wasmformer::config::HostConfig::parse(&yaml, "/".into()).unwrap();
+    let recorded = wasmformer_tests::Recorded::default();
+    let engine = Arc::new(wasmformer::plugin::PluginEngine::new(Some(wasmformer_tests::repo_root().join("target/tmp/components"))).unwrap());
+    let options = wasmformer::runtime::RuntimeOptions { log_observer: Some(recorded.observer()), dry_run: true, ..Default::default() };
+    let runtime = wasmformer::runtime::Runtime::start(config, admin.clone(), engine, options).await;
+    assert!(runtime.wait_synced(Duration::from_secs(60)).await);
+    let labels = json!({"metadata": {"labels": {"team": "payments"}}});
+    Api::<Namespace>::all(admin.clone()).patch(&ns, &PatchParams::default(), &Patch::Merge(&labels)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !recorded.messages("label-sync").iter().any(|m| m == &format!("pod {ns}/web: team=payments")) {
+        assert!(std::time::Instant::now() < deadline, "label-sync did not apply: {:?} {:#?}", recorded.messages("label-sync"), runtime.statuses().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(runtime.statuses().await.iter().all(|s| s.failures == 0));
+    runtime.shutdown().await;
+    let labels = pods.get("web").await.unwrap().metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("team"), "dryRun=All: the server validated the apply and stored nothing: {labels:?}");
+}
