@@ -25,9 +25,14 @@ impl WriterProbe {
 
     /// [`WriterProbe::start`] with the plugin's `limits`.
     pub async fn start_with(client: kube::Client, grants: &str, events: bool, dry_run: bool, limits: Limits) -> Self {
+        let sink = Sink::Api { sender: Arc::new(ApiSender::new(client, dry_run)), runtime: tokio::runtime::Handle::current() };
+        Self::start_sink(sink, grants, events, limits).await
+    }
+
+    /// The probe writing to `sink` (e.g. a recording, for measurements without a server).
+    pub async fn start_sink(sink: Sink, grants: &str, events: bool, limits: Limits) -> Self {
         let grants: Vec<WriteGrant> = wasmformer::yaml::from_str(grants).expect("grants YAML");
         let settings = WriteSettings { qps: limits.write_qps, burst: limits.write_burst, timeout: limits.write_timeout };
-        let sink = Sink::Api { sender: Arc::new(ApiSender::new(client, dry_run)), runtime: tokio::runtime::Handle::current() };
         let writer = Arc::new(PluginWriter::new("probe", settings, sink));
         let mut all = Grants::none();
         all.grant_writes(Arc::new(WriteAccess::new(grants, events, &limits, writer)));

@@ -1,5 +1,5 @@
 //! Makes the writes a ConfigMap's `data` describes, so tests drive every writer call and error:
-//! `op` (apply, create, patch, json-patch, delete, event, raw-apply), `manifest` (JSON, for
+//! `op` (none, apply, apply-series, create, patch, json-patch, delete, event, raw-apply), `manifest` (JSON, for
 //! apply/create; sent as-is by raw-apply), `force`/`status` ("true"), `apiVersion`/`kind`/
 //! `namespace`/`name` (patch and delete targets), `body` (patch), `uid`/`resourceVersion` (delete
 //! preconditions), `count` (repeat the write). A failed write fails the handler with the error's
@@ -29,7 +29,19 @@ fn write(obj: &Object) -> Result<String> {
     let mut last = String::new();
     for _ in 0..get("count").parse::<usize>().unwrap_or(1) {
         last = match get("op").as_str() {
+            "none" => String::new(),
             "apply" => writer::apply_with(&manifest()?, options)?,
+            "apply-series" => {
+                // `count` objects: the manifest's name with `-<i>` appended, data {i: <i>}.
+                let mut series = manifest()?;
+                let base = series["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                for i in 0..get("count").parse::<usize>().unwrap_or(1) {
+                    series["metadata"]["name"] = Value::String(format!("{base}-{i}"));
+                    series["data"] = serde_json::json!({"i": i.to_string()});
+                    writer::apply(&series)?;
+                }
+                return Ok(String::new());
+            }
             "raw-apply" => writer::apply_json(&get("manifest"), options)?,
             "create" => writer::create(&manifest()?)?,
             "patch" => writer::patch_with(&kind, &get("namespace"), &get("name"), PatchType::Merge, &body()?, options.status)?,
