@@ -98,7 +98,6 @@ impl WriteAccess {
         if granted {
             return Ok(());
         }
-        self.refused.fetch_add(1, Ordering::Relaxed);
         let kind = format!("{} {}", target.api_version, target.kind);
         let message = match verb {
             None => format!("plugin {plugin} is not granted events; set `events: true` in its config"),
@@ -109,14 +108,28 @@ impl WriteAccess {
             }
         };
         let verb = verb.map_or("event", WriteVerb::as_str);
-        let mut logged = self.logged.lock().expect("refusal log lock");
-        let now = Instant::now();
-        let last = logged.entry((kind.clone(), verb)).or_insert(now - REFUSAL_LOG_INTERVAL - Duration::from_secs(1));
-        if now.duration_since(*last) > REFUSAL_LOG_INTERVAL {
-            *last = now;
+        if self.count_refusal(&kind, verb, Instant::now()) {
             tracing::warn!(plugin.id = %plugin, write.verb = verb, write.kind = %kind, object.ref = %target, refused = self.refused(), "write refused: not granted");
         }
         Err(WriteError::Forbidden { by: RefusedBy::Grant, message })
+    }
+
+    /// Counts a refusal of `verb` on `kind` at `now`; true if it is to be logged (the first, then
+    /// at most one a minute per kind and verb).
+    fn count_refusal(&self, kind: &str, verb: &'static str, now: Instant) -> bool {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let mut logged = self.logged.lock().expect("refusal log lock");
+        match logged.get_mut(&(kind.to_owned(), verb)) {
+            Some(last) if now.duration_since(*last) < REFUSAL_LOG_INTERVAL => false,
+            Some(last) => {
+                *last = now;
+                true
+            }
+            None => {
+                logged.insert((kind.to_owned(), verb), now);
+                true
+            }
+        }
     }
 }
 
@@ -244,5 +257,41 @@ impl wit::Host for HostState {
             Ok(WriteRequest::Event { regarding: target, event_type, reason, action, note })
         })?;
         Ok(outcome.map(|_| ()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::{Recording, Sink, WriteSettings};
+
+    fn access() -> WriteAccess {
+        let settings = WriteSettings { qps: 1, burst: 1, timeout: Duration::from_secs(1) };
+        let writer = Arc::new(PluginWriter::new("p", settings, Sink::Record(Recording::default())));
+        WriteAccess::new(Vec::new(), false, &Limits::default(), writer)
+    }
+
+    #[test]
+    fn refusals_are_all_counted_and_logged_once_a_minute_per_kind_and_verb() {
+        let access = access();
+        let start = Instant::now();
+        assert!(access.count_refusal("v1 Pod", "apply", start));
+        assert!(!access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(59)));
+        assert!(access.count_refusal("v1 Pod", "delete", start + Duration::from_secs(1)), "another verb is logged");
+        assert!(access.count_refusal("v1 Secret", "apply", start + Duration::from_secs(1)), "another kind is logged");
+        assert!(access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(61)), "a minute later it is logged again");
+        assert_eq!(access.refused(), 5);
+    }
+
+    #[test]
+    fn a_write_outside_the_grants_is_refused_naming_plugin_kind_and_verb() {
+        let access = access();
+        let request = WriteRequest::Create { object: serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "shop"}}) };
+        let error = access.check("p", &request).unwrap_err();
+        assert_eq!(
+            error,
+            WriteError::Forbidden { by: RefusedBy::Grant, message: "plugin p is not granted create on apps/v1 Deployment in namespace shop; add it to the plugin's `write:` list".into() }
+        );
+        assert_eq!(access.refused(), 1);
     }
 }
