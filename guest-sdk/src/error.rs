@@ -48,3 +48,9 @@ impl From<crate::ListerError> for Error {
         Self(format!("lister: {e}"))
     }
 }
+
+impl From<crate::WriteError> for Error {
+    fn from(e: crate::WriteError) -> Self {
+        Self(format!("writer: {e}"))
+    }
+}

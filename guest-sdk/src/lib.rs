@@ -2,8 +2,8 @@
 //!
 //! A plugin is a type that implements [`Plugin`] (every method has a no-op default) and one
 //! [`export!`] line. The SDK turns the WIT contract into ordinary Rust: [`Object`] for the objects a
-//! handler receives, [`lister`] for typed reads of the host's cache, and [`info!`]-style macros for
-//! logging. Build with `cargo build --release --target wasm32-wasip2`.
+//! handler receives, [`lister`] for typed reads of the host's cache, [`writer`] for changes to the
+//! cluster within the plugin's grants, and [`info!`]-style macros for logging. Build with `cargo build --release --target wasm32-wasip2`.
 //!
 //! ```text
 //! use wasmformer_guest::{Object, Plugin, Result, info};
@@ -28,11 +28,13 @@ mod error;
 pub mod lister;
 pub mod log;
 mod object;
+pub mod writer;
 
 pub use error::{Error, Result};
 pub use k8s_openapi;
 pub use lister::ListerError;
 pub use object::{Gvk, Object};
+pub use writer::WriteError;
 pub use serde_json;
 
 /// The bindings generated from `wit/`; plugin code never needs them.
@@ -50,7 +52,7 @@ pub mod bindings {
 }
 
 /// The contract version this SDK builds plugins for (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// A plugin's event handlers, in client-go's terms. Every method defaults to doing nothing.
 ///

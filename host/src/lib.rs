@@ -10,9 +10,11 @@ pub mod config;
 pub mod dispatch;
 pub mod informer;
 pub mod plugin;
+pub mod rbac;
 pub mod replay;
 pub mod runtime;
 pub mod trigger;
+pub mod writer;
 pub mod yaml;
 
 /// An error and its causes on one line: `error: cause: cause …` (logs, status, CLI output).

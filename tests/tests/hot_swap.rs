@@ -455,9 +455,9 @@ async fn a_broken_new_version_is_refused_and_the_old_one_keeps_serving() {
     // (how the new version is offered, the file, what the error must say)
     let cases = [
         ("reload", guests::INIT_FAILS, "init refused: config lacks \"ok\": true"),
-        ("reload", guests::FUTURE_CONTRACT, "was built for contract wasmformer:plugin@0.3.0"),
+        ("reload", guests::FUTURE_CONTRACT, "was built for contract wasmformer:plugin@0.4.0"),
         ("reload", "not-wasm.wasm", "is not a WebAssembly file"),
-        ("config", guests::FUTURE_CONTRACT, "was built for contract wasmformer:plugin@0.3.0"),
+        ("config", guests::FUTURE_CONTRACT, "was built for contract wasmformer:plugin@0.4.0"),
         ("config", guests::INIT_FAILS, "failed to start"),
         ("reload", "missing.wasm", "cannot read"),
     ];

@@ -60,7 +60,7 @@ pub fn run(args: DevArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
             simulate::spawn(dev.store().clone(), SimulationConfig::default().events_per_second(rate))
         });
         let client = dev.client().context("cannot create a client for the dev cluster")?;
-        let served = super::run::serve(config, client, cache_dir, args.run_for).await;
+        let served = super::run::serve(config, client, cache_dir, args.run_for, false).await;
         if let Some(simulation) = simulation {
             let _ = simulation.stop().await;
         }

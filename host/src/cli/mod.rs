@@ -5,6 +5,7 @@ mod build;
 mod dev;
 mod inspect;
 mod new;
+mod rbac;
 mod replay;
 mod run;
 mod toolchain;
@@ -68,13 +69,15 @@ pub enum Command {
     Build(build::BuildArgs),
     /// Install (once) the Python and JavaScript plugin toolchains and print where they are.
     Toolchain(toolchain::ToolchainArgs),
+    /// Print the RBAC roles (and ServiceAccount bindings) exactly a configuration needs.
+    Rbac(rbac::RbacArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) | Command::New(_) | Command::Build(_) | Command::Toolchain(_) => "warn,plugin=off",
+        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) | Command::New(_) | Command::Build(_) | Command::Toolchain(_) | Command::Rbac(_) => "warn,plugin=off",
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -99,5 +102,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::New(new) => new::run(new),
         Command::Build(build) => build::run(build),
         Command::Toolchain(toolchain) => toolchain::run_command(toolchain),
+        Command::Rbac(rbac) => rbac::run(rbac),
     }
 }

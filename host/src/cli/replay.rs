@@ -18,6 +18,9 @@ pub struct ReplayArgs {
     /// The event script (YAML or JSON).
     #[arg(long, value_name = "FILE")]
     events: PathBuf,
+    /// The plugin's name (logs, the field manager `wasmformer/<name>`) [default: the file's stem].
+    #[arg(long)]
+    name: Option<String>,
     /// The plugin's config block, as JSON, passed to its `init`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
@@ -27,16 +30,33 @@ pub struct ReplayArgs {
     /// Memory limit per instance, in bytes.
     #[arg(long, default_value_t = Limits::default().memory_bytes)]
     memory_bytes: usize,
+    /// What to print: `calls` (each call, its logs and its writes) or `writes` (only the writes
+    /// the plugin made, in order, as a YAML list: the dry-run output to compare with a golden file).
+    #[arg(long, value_enum, default_value_t = Output::Calls)]
+    output: Output,
+}
+
+/// What `wasmformer replay` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// Each call with its logs and writes.
+    Calls,
+    /// The writes only, as YAML.
+    Writes,
 }
 
 pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config: serde_json::Value = serde_json::from_str(&args.config).context("--config is not valid JSON")?;
     let script = Script::load(&args.events)?;
     let engine = PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
-    let name = args.plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into());
+    let name = args.name.clone().unwrap_or_else(|| args.plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into()));
     let plugin = LoadedPlugin::load(&engine, &name, &args.plugin)?;
     let limits = Limits { deadline: args.deadline, memory_bytes: args.memory_bytes, ..Limits::default() };
+    let calls = args.output == Output::Calls;
     let outcomes = replay::run(plugin, &script, &config, limits, |outcome| {
+        if !calls {
+            return;
+        }
         for line in &outcome.logs {
             let stream = match line.source {
                 LogSource::Log => "",
@@ -46,8 +66,19 @@ pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitC
             println!("  [{}{stream}] {}: {}", line.plugin, line.level.as_str().to_lowercase(), line.message);
         }
         println!("{outcome}");
+        for write in &outcome.writes {
+            let target = write.request.target();
+            println!("  write {:<6} {target}", write.request.verb());
+        }
     })?;
     let failed = outcomes.iter().filter(|o| o.error.is_some()).count();
-    println!("{} calls, {failed} failed", outcomes.len());
+    if calls {
+        println!("{} calls, {failed} failed", outcomes.len());
+    } else {
+        print!("{}", replay::writes_yaml(&outcomes));
+        for outcome in outcomes.iter().filter(|o| o.error.is_some()) {
+            eprintln!("{outcome}");
+        }
+    }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

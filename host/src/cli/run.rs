@@ -14,6 +14,10 @@ pub struct RunArgs {
     /// The host configuration (YAML).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// Send plugins' writes with `dryRun=All`: the API server validates them and changes
+    /// nothing (Events are logged, not created).
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -21,7 +25,7 @@ pub fn run(args: RunArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async move {
         let client = runtime::connect(&config).await?;
-        serve(config, client, cache_dir, None).await
+        serve(config, client, cache_dir, None, args.dry_run).await
     })
 }
 
@@ -31,6 +35,7 @@ pub async fn serve(
     client: kube::Client,
     cache_dir: Option<PathBuf>,
     run_for: Option<std::time::Duration>,
+    dry_run: bool,
 ) -> anyhow::Result<ExitCode> {
     let engine = std::sync::Arc::new(PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?);
     let (admin_address, watch_files) = (config.host.admin_address, config.host.watch_config);
@@ -41,7 +46,7 @@ pub async fn serve(
         }
         None => None,
     };
-    let runtime = Runtime::start(config, client, engine, RuntimeOptions::default()).await;
+    let runtime = Runtime::start(config, client, engine, RuntimeOptions { dry_run, ..RuntimeOptions::default() }).await;
     let _admin = match admin_address {
         Some(addr) => Some(wasmformer::admin::serve(addr, runtime.clone(), token).await?),
         None => None,

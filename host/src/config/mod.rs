@@ -8,7 +8,7 @@
 mod model;
 mod validate;
 
-pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef};
+pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef, WriteGrant, WriteVerb};
 pub use validate::{ConfigError, Problem};
 
 use std::path::{Path, PathBuf};

@@ -178,6 +178,74 @@ impl IndexConfig {
     }
 }
 
+/// A verb of a `write:` grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteVerb {
+    /// `apply` — server-side apply (RBAC: `patch`, and `create` for objects that do not exist).
+    Apply,
+    /// `patch` — merge or JSON patch (RBAC: `patch`).
+    Patch,
+    /// `create` (RBAC: `create`).
+    Create,
+    /// `delete` (RBAC: `delete`).
+    Delete,
+}
+
+impl WriteVerb {
+    /// `apply`, `patch`, `create` or `delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Apply => "apply",
+            Self::Patch => "patch",
+            Self::Create => "create",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+impl fmt::Display for WriteVerb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of `write:` — a kind the plugin may change, with which verbs and where.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WriteGrant {
+    /// `apiVersion: v1`.
+    pub api_version: String,
+    /// `kind: Pod`.
+    pub kind: String,
+    /// `verbs: [apply, patch, create, delete]` — at least one.
+    pub verbs: Vec<WriteVerb>,
+    /// `namespaces: [shop]` — where; empty or absent: every namespace (and cluster-scoped objects).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// `status: true` — apply and patch may also target the `status` subresource.
+    #[serde(default)]
+    pub status: bool,
+}
+
+impl WriteGrant {
+    /// The granted kind.
+    pub fn gvk(&self) -> Gvk {
+        Gvk::from_api_version(&self.api_version, &self.kind)
+    }
+
+    /// The kind as a [`KindRef`].
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef { api_version: self.api_version.clone(), kind: Some(self.kind.clone()), resource: None }
+    }
+
+    /// Whether this entry allows `verb` on an object in `namespace` (empty: cluster-scoped),
+    /// to its `status` subresource if `status`.
+    pub fn allows(&self, verb: WriteVerb, namespace: &str, status: bool) -> bool {
+        self.verbs.contains(&verb) && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)) && (!status || self.status)
+    }
+}
+
 /// One entry of `plugins:`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -211,6 +279,13 @@ pub struct PluginConfig {
     /// rebuild in-memory state, then the events after it).
     #[serde(default)]
     pub on_swap: SwapMode,
+    /// `write: [{apiVersion: v1, kind: Pod, verbs: [apply], namespaces: [shop]}]` — what the
+    /// plugin may change through the `writer` import; anything else answers `forbidden`.
+    #[serde(default)]
+    pub write: Vec<WriteGrant>,
+    /// `events: true` — the plugin may record Events (about any object it names).
+    #[serde(default)]
+    pub events: bool,
     /// `config: {...}` — free-form; passed to the plugin's `init` as JSON.
     #[serde(default)]
     pub config: serde_json::Value,
@@ -222,7 +297,8 @@ impl PluginConfig {
         let handles = self.handles.iter().enumerate().map(|(i, h)| (format!("handles[{i}]"), h.kind_ref()));
         let read = self.read.iter().enumerate().map(|(i, k)| (format!("read[{i}]"), k.clone()));
         let indexes = self.indexes.iter().enumerate().map(|(i, x)| (format!("indexes[{i}]"), x.kind_ref()));
-        handles.chain(read).chain(indexes).collect()
+        let write = self.write.iter().enumerate().map(|(i, w)| (format!("write[{i}]"), w.kind_ref()));
+        handles.chain(read).chain(indexes).chain(write).collect()
     }
 
     /// The `config` block as the plugin's `init` receives it (`{}` when absent).

@@ -148,6 +148,7 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
     if plugin.limits.deadline.is_zero() {
         problems.push(Problem::new(format!("{at}.limits.deadline"), "must be more than 0s"));
     }
+    check_writes(at, &plugin, problems);
     Some(plugin)
 }
 
@@ -202,6 +203,34 @@ fn check_lists(
         if !index_names.insert((kind.to_string(), index.name.clone())) {
             problems.push(Problem::new(format!("{here}.name"), format!("duplicate index name {:?} on {kind}", index.name)));
         }
+    }
+}
+
+/// Checks a plugin's `write:` grants and write limits.
+fn check_writes(at: &str, plugin: &PluginConfig, problems: &mut Vec<Problem>) {
+    for (j, grant) in plugin.write.iter().enumerate() {
+        let here = format!("{at}.write[{j}]");
+        if grant.api_version.trim().is_empty() {
+            problems.push(Problem::new(format!("{here}.apiVersion"), "must not be empty"));
+        }
+        if grant.kind.trim().is_empty() {
+            problems.push(Problem::new(format!("{here}.kind"), "must not be empty"));
+        }
+        if grant.verbs.is_empty() {
+            problems.push(Problem::new(format!("{here}.verbs"), "list at least one of apply, patch, create, delete"));
+        }
+        if grant.gvk().group == "events.k8s.io" || (grant.gvk().group.is_empty() && grant.kind == "Event") {
+            problems.push(Problem::new(here, "Events are granted with `events: true`, not `write:`"));
+        }
+    }
+    let limits = &plugin.limits;
+    for (field, value) in [("writesPerCall", limits.writes_per_call as u64), ("manifestBytes", limits.manifest_bytes as u64), ("writeQps", u64::from(limits.write_qps)), ("writeBurst", u64::from(limits.write_burst))] {
+        if value == 0 {
+            problems.push(Problem::new(format!("{at}.limits.{field}"), "must be more than 0"));
+        }
+    }
+    if limits.write_timeout.is_zero() {
+        problems.push(Problem::new(format!("{at}.limits.writeTimeout"), "must be more than 0s"));
     }
 }
 

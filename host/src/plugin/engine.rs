@@ -12,6 +12,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 use super::bindings::Plugin as PluginWorld;
+use super::bindings_v02::Plugin as LegacyWorld;
 use super::host::HostState;
 
 /// How often the epoch advances; deadlines are enforced to within about one tick.
@@ -50,6 +51,7 @@ impl PluginEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
+        LegacyWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
         let ticker = Self::start_ticker(&engine);
         Ok(Self { engine, linker, cache_dir, _ticker: ticker })
     }

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
-use super::bindings::Plugin as PluginBindings;
+use super::world::Bindings as PluginBindings;
 use super::engine::EPOCH_TICK;
-use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded, wit_object};
+use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
 use super::{CallError, Limits, LoadedPlugin, TrapKind};
 use crate::cache::{CachedObject, Gvk};
 
@@ -128,18 +128,7 @@ impl PluginInstance {
     pub fn handle(&mut self, gvk: &Gvk, event: &Event) -> Result<(), CallError> {
         self.calls += 1;
         let result = self.ensure_live().and_then(|_| {
-            self.call(|bindings, store| {
-                let handler = bindings.wasmformer_plugin_handler();
-                match event {
-                    Event::Add { obj, initial } => handler.call_on_add(store, &wit_object(gvk, obj), *initial),
-                    Event::Update { old, new } => {
-                        handler.call_on_update(store, &wit_object(gvk, old), &wit_object(gvk, new))
-                    }
-                    Event::Delete { obj, final_state_unknown } => {
-                        handler.call_on_delete(store, &wit_object(gvk, obj), *final_state_unknown)
-                    }
-                }
-            })?
+            self.call(|bindings, store| bindings.call_event(store, gvk, event))?
             .map_err(CallError::Handler)
         });
         if result.is_err() {
@@ -156,13 +145,26 @@ impl PluginInstance {
         let state = HostState::new(self.name.clone(), self.limits.memory_bytes, self.grants.clone(), self.log.clone());
         let mut store = Store::new(self.plugin.pre().engine(), state);
         store.limiter(|s| &mut s.memory);
-        store.epoch_deadline_trap();
+        // The deadline lives in the store data, so a host call can move it (a write's time with
+        // the API server is its own budget, not the handler's); the epoch only says when to look.
+        store.epoch_deadline_callback(|store| {
+            let deadline = store.data().deadline;
+            match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left))),
+                _ => Err(wasmtime::Error::new(DeadlineExceeded)),
+            }
+        });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
         let bindings = self.plugin.pre().instantiate(&mut store).map_err(CallError::Instantiate)?;
         self.instantiations += 1;
         self.live = Some(Live { store, bindings });
         let config = self.config.clone();
-        let init = self.call(|bindings, store| bindings.wasmformer_plugin_handler().call_init(store, &config));
+        let init = self.call(|bindings, store| {
+            store.data_mut().in_init = true;
+            let result = bindings.call_init(store, &config);
+            store.data_mut().in_init = false;
+            result
+        });
         match init {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => {
@@ -182,6 +184,7 @@ impl PluginInstance {
         let live = self.live.as_mut().expect("call on a live instance");
         let started = Instant::now();
         live.store.data_mut().deadline = started + self.limits.deadline;
+        live.store.data_mut().writes_this_call = 0;
         live.store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
         self.log.lock().expect("log sink lock poisoned").begin_call();
         let result = f(&live.bindings, &mut live.store);

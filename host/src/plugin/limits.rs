@@ -16,10 +16,31 @@ pub struct Limits {
     /// Log and stdout/stderr bytes one call may write before the rest is dropped and counted
     /// (`logBytesPerCall: 65536`).
     pub log_bytes_per_call: usize,
+    /// Writes one call may make; past it each write answers `invalid` (`writesPerCall: 1000`).
+    pub writes_per_call: usize,
+    /// The largest manifest or patch body a write may carry, in bytes (`manifestBytes: 1048576`).
+    pub manifest_bytes: usize,
+    /// Sustained writes per second, client-go's QPS (`writeQps: 20`).
+    pub write_qps: u32,
+    /// Writes allowed in a burst before `writeQps` applies (`writeBurst: 50`).
+    pub write_burst: u32,
+    /// How long one write may take, rate-limit wait included; not counted against `deadline`
+    /// (`writeTimeout: 10s`).
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { deadline: Duration::from_millis(100), memory_bytes: 64 << 20, log_bytes_per_call: 64 << 10 }
+        Self {
+            deadline: Duration::from_millis(100),
+            memory_bytes: 64 << 20,
+            log_bytes_per_call: 64 << 10,
+            writes_per_call: 1000,
+            manifest_bytes: 1 << 20,
+            write_qps: 20,
+            write_burst: 50,
+            write_timeout: Duration::from_secs(10),
+        }
     }
 }

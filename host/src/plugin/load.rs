@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
-use super::bindings::PluginPre;
+use super::world::Pre;
 use super::engine::{PluginEngine, content_hash};
 use super::host::{Grants, HostState, LogSink};
-use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LoadError};
+use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadError};
 
 /// The interface every plugin exports (without version).
 const HANDLER_INTERFACE: &str = "wasmformer:plugin/handler";
@@ -37,7 +37,7 @@ struct Inner {
     name: String,
     path: PathBuf,
     digest: String,
-    pre: PluginPre<HostState>,
+    pre: Pre,
     from_cache: bool,
     load_time: Duration,
 }
@@ -72,9 +72,9 @@ impl LoadedPlugin {
             .compile(wasm, &digest)
             .map_err(|source| LoadError::Compile { plugin: plugin.clone(), path: file.clone(), source })?;
         let info = describe(engine.engine(), &component);
-        check_contract(&info, &plugin, &file)?;
+        let minor = check_contract(&info, &plugin, &file)?;
         let instance_pre = engine.linker().instantiate_pre(&component).map_err(|source| unlinked(&info, &plugin, &file, source))?;
-        let pre = PluginPre::new(instance_pre)
+        let pre = Pre::new(minor, instance_pre)
             .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
         let load_time = started.elapsed();
         tracing::info!(plugin.id = %plugin, plugin.digest = %&digest[..12], from_cache, ?load_time, "plugin loaded");
@@ -106,7 +106,7 @@ impl LoadedPlugin {
         self.inner.load_time
     }
 
-    pub(crate) fn pre(&self) -> &PluginPre<HostState> {
+    pub(crate) fn pre(&self) -> &Pre {
         &self.inner.pre
     }
 
@@ -191,7 +191,8 @@ fn describe(engine: &Engine, component: &Component) -> ContractInfo {
     ContractInfo { contract_version, exports, imports }
 }
 
-fn check_contract(info: &ContractInfo, plugin: &str, path: &Path) -> Result<(), LoadError> {
+/// Checks the contract version; returns its minor version (which world to instantiate).
+fn check_contract(info: &ContractInfo, plugin: &str, path: &Path) -> Result<u64, LoadError> {
     let Some(found) = &info.contract_version else {
         return Err(LoadError::WrongWorld {
             plugin: plugin.to_owned(),
@@ -200,34 +201,39 @@ fn check_contract(info: &ContractInfo, plugin: &str, path: &Path) -> Result<(), 
             expected: format!("{HANDLER_INTERFACE}@{CONTRACT_VERSION}"),
         });
     };
-    if !compatible(found) {
-        return Err(LoadError::IncompatibleContract {
+    match compatible(found) {
+        Some(minor) => Ok(minor),
+        None => Err(LoadError::IncompatibleContract {
             plugin: plugin.to_owned(),
             path: path.to_owned(),
             found: format!("{CONTRACT_PACKAGE}@{found}"),
             accepted: accepted_versions(),
-        });
+        }),
     }
-    Ok(())
 }
 
-/// Semver compatibility as the component model applies it: same major, and for `0.x` the same
-/// minor.
-fn compatible(found: &str) -> bool {
-    let parse = |v: &str| -> Option<(u64, u64)> {
-        let mut parts = v.split(['.', '-', '+']);
-        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-    };
-    match (parse(found), parse(CONTRACT_VERSION)) {
-        (Some((0, minor)), Some((0, ours))) => minor == ours,
-        (Some((major, _)), Some((ours, _))) => major == ours,
-        _ => false,
-    }
+fn parse_version(v: &str) -> Option<(u64, u64)> {
+    let mut parts = v.split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Semver compatibility as the component model applies it (same major, and for `0.x` the same
+/// minor) with the current version or a linked legacy one; returns the matching minor version.
+fn compatible(found: &str) -> Option<u64> {
+    let found = parse_version(found)?;
+    std::iter::once(CONTRACT_VERSION).chain(LEGACY_CONTRACT_VERSIONS.iter().copied()).filter_map(parse_version).find_map(|ours| match (found, ours) {
+        ((0, minor), (0, our_minor)) if minor == our_minor => Some(minor),
+        ((major, _), (our_major, minor)) if major != 0 && major == our_major => Some(minor),
+        _ => None,
+    })
 }
 
 fn accepted_versions() -> String {
-    let (major, minor) = CONTRACT_VERSION.split_once('.').map(|(a, b)| (a, b.split('.').next().unwrap_or("0"))).unwrap_or(("0", "1"));
-    if major == "0" { format!("{CONTRACT_PACKAGE}@{major}.{minor}.x") } else { format!("{CONTRACT_PACKAGE}@{major}.x") }
+    let pattern = |v: &str| {
+        let (major, minor) = parse_version(v).unwrap_or((0, 0));
+        if major == 0 { format!("{CONTRACT_PACKAGE}@0.{minor}.x") } else { format!("{CONTRACT_PACKAGE}@{major}.x") }
+    };
+    std::iter::once(CONTRACT_VERSION).chain(LEGACY_CONTRACT_VERSIONS.iter().copied()).map(pattern).collect::<Vec<_>>().join(" or ")
 }
 
 #[cfg(test)]
@@ -253,8 +259,9 @@ mod tests {
 
     #[test]
     fn accepts_same_minor_of_zero_major() {
-        assert!(compatible("0.2.0") && compatible("0.2.7"));
-        assert!(!compatible("0.1.0") && !compatible("0.3.0") && !compatible("1.0.0") && !compatible("unversioned"));
-        assert_eq!(accepted_versions(), "wasmformer:plugin@0.2.x");
+        assert_eq!((compatible("0.3.0"), compatible("0.3.7")), (Some(3), Some(3)));
+        assert_eq!((compatible("0.2.0"), compatible("0.2.7")), (Some(2), Some(2)), "0.2 plugins still load");
+        assert!([compatible("0.1.0"), compatible("0.4.0"), compatible("1.0.0"), compatible("unversioned")].iter().all(Option::is_none));
+        assert_eq!(accepted_versions(), "wasmformer:plugin@0.3.x or wasmformer:plugin@0.2.x");
     }
 }

@@ -6,7 +6,8 @@
 //!   imports resolved against the host's linker (a pre-instantiated handle).
 //! - [`PluginInstance`] is the long-lived instance events are delivered to, one call at a time,
 //!   under the plugin's [`Limits`]; after a trap it is recreated from the `LoadedPlugin`.
-//! - [`host`] implements what plugins import: the lister, the log, and a locked-down WASI.
+//! - [`host`] implements what plugins import: the lister, the log, the writer (grants and limits;
+//!   sending is `crate::writer`'s), and a locked-down WASI.
 //! - [`Backoff`] decides how long a repeatedly failing plugin waits before its next event.
 
 mod backoff;
@@ -16,8 +17,9 @@ pub mod host;
 mod instance;
 mod limits;
 mod load;
+mod world;
 
-/// Host-side bindings generated from `wit/`.
+/// Host-side bindings generated from `wit/` (the current contract, 0.3.0).
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
@@ -26,15 +28,28 @@ pub(crate) mod bindings {
     });
 }
 
+/// Host-side bindings of the frozen 0.2.0 contract (`host/wit-0.2/`): linked beside the current
+/// one so plugins built before `writer` keep loading unchanged.
+pub(crate) mod bindings_v02 {
+    wasmtime::component::bindgen!({
+        path: "wit-0.2",
+        world: "plugin",
+        imports: { default: trappable },
+    });
+}
+
 pub use backoff::Backoff;
 pub use engine::PluginEngine;
 pub use error::{CallError, LoadError, TrapKind};
-pub use host::{Granted, Grants, LogLine, LogObserver, LogSource};
+pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
 pub use instance::{Event, PluginInstance};
 pub use limits::Limits;
 pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// The WIT package this host implements.
 pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
-/// The contract version this host implements; plugins built for any `0.2.x` are accepted.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+/// The contract version this host implements; plugins built for any `0.3.x` are accepted, and
+/// for `0.2.x` (the contract before `writer`).
+pub const CONTRACT_VERSION: &str = "0.3.0";
+/// The older contract versions still linked: `0.2.x` plugins load unchanged.
+pub const LEGACY_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];

@@ -3,7 +3,8 @@
 //! The script ([`Script`]) holds the objects in the cache before the first event, then adds,
 //! updates and deletes written as ordinary manifests. The cache is kept exactly as an informer
 //! would keep it (so lister calls inside handlers see each event's object), and every call's
-//! outcome is reported.
+//! outcome is reported, with the writes it made: recorded in order, checked against the script's
+//! grants and the plugin's limits like a running host's, but never sent.
 
 mod script;
 
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant};
 pub use script::{KindRef, Script, ScriptError, Step};
 
 use crate::cache::{CachedObject, Gvk, ObjectKey, Store};
-use crate::plugin::{CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance};
+use crate::plugin::{CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess};
+use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
 
 /// What happened to one scripted event.
 #[derive(Debug)]
@@ -32,6 +34,8 @@ pub struct CallOutcome {
     pub elapsed: Duration,
     /// What the plugin logged during the call.
     pub logs: Vec<LogLine>,
+    /// The writes the call made, in order (recorded, not sent).
+    pub writes: Vec<RecordedWrite>,
     /// The error, if the call failed.
     pub error: Option<CallError>,
 }
@@ -80,6 +84,11 @@ pub fn run(
     for kind in script.readable_kinds() {
         grants.grant(stores[&kind].clone());
     }
+    let recording = Recording::default();
+    // Nothing is sent, so nothing is rate-limited: a replay runs as fast as the plugin.
+    let settings = WriteSettings { qps: u32::MAX, burst: u32::MAX, timeout: limits.write_timeout };
+    let writer = Arc::new(PluginWriter::new(plugin.name(), settings, Sink::Record(recording.clone())));
+    grants.grant_writes(Arc::new(WriteAccess::new(script.write_grants(), script.events_granted(), &limits, writer)));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let observer: LogObserver = {
         let lines = lines.clone();
@@ -96,6 +105,7 @@ pub fn run(
         resource_version: String::new(),
         elapsed: started.elapsed(),
         logs: std::mem::take(&mut *lines.lock().expect("log lines")),
+        writes: recording.take(),
         error: None,
     };
     report(&init);
@@ -113,6 +123,7 @@ pub fn run(
             resource_version: obj.resource_version().to_owned(),
             elapsed: started.elapsed(),
             logs: std::mem::take(&mut *lines.lock().expect("log lines")),
+            writes: recording.take(),
             error,
         };
         report(&outcome);
@@ -156,6 +167,16 @@ pub fn run(
         }
     }
     Ok(outcomes)
+}
+
+/// The writes of `outcomes`, in order, as a YAML list (what `wasmformer replay --output writes`
+/// prints; the examples' golden files hold it).
+pub fn writes_yaml(outcomes: &[CallOutcome]) -> String {
+    let writes: Vec<&RecordedWrite> = outcomes.iter().flat_map(|o| &o.writes).collect();
+    if writes.is_empty() {
+        return "[]\n".to_owned();
+    }
+    serde_saphyr::to_string(&writes).unwrap_or_else(|e| format!("# cannot print the writes as YAML: {e}\n"))
 }
 
 /// The stores for a script, one per kind it mentions.

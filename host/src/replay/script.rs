@@ -9,6 +9,9 @@
 //!   - {apiVersion: apps/v1, kind: ReplicaSet}
 //! indexes:            # optional: custom indexes for the lister's `by-index`
 //!   - {apiVersion: v1, kind: Pod, name: pods-by-node, field: spec.nodeName}
+//! write:              # optional: what the plugin may write (default: every verb on every kind
+//!   - {apiVersion: v1, kind: Pod, verbs: [apply]}   #   in the script); writes are recorded
+//! writeEvents: true   # optional: whether it may record Events (default: true)
 //! events:
 //!   - add: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
 //!   - update: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop, labels: {a: b}}}
@@ -92,6 +95,8 @@ pub struct Script {
     indexes: Vec<ScriptIndex>,
     #[serde(default)]
     events: Vec<StepDoc>,
+    write: Option<Vec<crate::config::WriteGrant>>,
+    write_events: Option<bool>,
 }
 
 /// Why a script cannot be used.
@@ -230,6 +235,31 @@ impl Script {
             Some(kinds) => kinds.iter().map(KindRef::gvk).chain(self.handled_kinds()).collect(),
             None => self.kinds().unwrap_or_default(),
         }
+    }
+
+    /// What the plugin may write: `write`, or every verb on every kind in the script.
+    pub fn write_grants(&self) -> Vec<crate::config::WriteGrant> {
+        use crate::config::{WriteGrant, WriteVerb};
+        match &self.write {
+            Some(grants) => grants.clone(),
+            None => self
+                .kinds()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|gvk| WriteGrant {
+                    api_version: gvk.api_version(),
+                    kind: gvk.kind,
+                    verbs: vec![WriteVerb::Apply, WriteVerb::Patch, WriteVerb::Create, WriteVerb::Delete],
+                    namespaces: Vec::new(),
+                    status: true,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the plugin may record Events (`writeEvents`, default true).
+    pub fn events_granted(&self) -> bool {
+        self.write_events.unwrap_or(true)
     }
 
     /// One store per kind, with the script's indexes.

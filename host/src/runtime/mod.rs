@@ -5,6 +5,7 @@
 mod connect;
 mod discovery;
 mod reload;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct RuntimeOptions {
     pub watch: WatchSettings,
     /// Receives every line any plugin logs (tests, `wasmformer dev`'s console).
     pub log_observer: Option<LogObserver>,
+    /// Send plugins' writes with `dryRun=All` (`wasmformer run --dry-run`).
+    pub dry_run: bool,
 }
 
 /// Why a plugin could not be started (or swapped).
@@ -98,6 +101,7 @@ pub struct Runtime {
     failed: std::sync::Mutex<BTreeMap<String, String>>,
     /// The reload task: every change to the running plugins goes through it, one at a time.
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
+    writes: writes::Writes,
 }
 
 /// A running plugin with what a swap needs to start its next version.
@@ -123,6 +127,7 @@ impl Runtime {
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory: InformerFactory::new(client.clone(), options.watch),
+            writes: writes::Writes::new(client.clone(), options.dry_run),
             log_observer: options.log_observer,
             discovery: Discovery::new(client),
             engine,
@@ -192,6 +197,7 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
+        let grants = self.writes.grant(&plugin, grants);
         let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
         let timeout = self.config().host.shutdown_timeout;

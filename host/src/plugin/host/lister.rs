@@ -14,11 +14,12 @@ use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSour
 use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
-/// The stores one plugin may read, by kind: one per subscription or read grant of that kind. A
-/// kind it handles is granted too.
+/// The stores one plugin may read, by kind: one per subscription or read grant of that kind (a
+/// kind it handles is granted too); and what it may write.
 #[derive(Debug, Default, Clone)]
 pub struct Grants {
     stores: HashMap<Gvk, Vec<Arc<dyn StoreSource>>>,
+    writes: Option<Arc<super::WriteAccess>>,
 }
 
 impl Grants {
@@ -42,6 +43,17 @@ impl Grants {
     /// The current stores for `gvk`, if granted: reads of the kind see their union.
     pub fn stores(&self, gvk: &Gvk) -> Option<Granted> {
         self.stores.get(gvk).map(|sources| Granted { stores: sources.iter().map(|source| source.current()).collect() })
+    }
+
+    /// Grants the writes `access` allows (without it, every write answers `forbidden`).
+    pub fn grant_writes(&mut self, access: Arc<super::WriteAccess>) -> &mut Self {
+        self.writes = Some(access);
+        self
+    }
+
+    /// What the plugin may write, if anything.
+    pub fn writes(&self) -> Option<Arc<super::WriteAccess>> {
+        self.writes.clone()
     }
 
     /// The granted kinds.

@@ -1,12 +1,16 @@
-//! What the host provides to plugins: the [`lister`] over granted stores, the [`log`], and WASI
-//! locked down to nothing but clocks, randomness and captured stdout/stderr ([`stdio`]).
+//! What the host provides to plugins: the [`lister`] over granted stores, the [`log`], the
+//! [`writer`] (grants and limits; sending is `crate::writer`'s), and WASI locked down to nothing
+//! but clocks, randomness and captured stdout/stderr ([`stdio`]). [`legacy`] answers plugins built
+//! for contract 0.2.x with the same implementations.
 //!
 //! [`HostState`] is the per-instance store data. Every host call first checks the call's deadline
 //! and the plugin's grants; a refusal is logged with who asked for what.
 
+mod legacy;
 mod lister;
 mod log;
 mod stdio;
+mod writer;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -18,6 +22,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub use lister::{Granted, Grants};
 pub(crate) use log::LogSink;
 pub use log::{LogLine, LogObserver, LogSource};
+pub use writer::WriteAccess;
 
 use crate::cache::{CachedObject, Gvk};
 use crate::plugin::bindings::wasmformer::plugin::types;
@@ -65,6 +70,10 @@ pub struct HostState {
     grants: Arc<Grants>,
     pub(crate) log: Arc<Mutex<LogSink>>,
     pub(crate) deadline: Instant,
+    /// Whether the running call is `init` (writes are refused there).
+    pub(crate) in_init: bool,
+    /// Writes made in the running call.
+    pub(crate) writes_this_call: usize,
 }
 
 impl HostState {
@@ -84,6 +93,8 @@ impl HostState {
             grants,
             log,
             deadline: Instant::now(),
+            in_init: false,
+            writes_this_call: 0,
         }
     }
 

@@ -1,9 +1,9 @@
-//! A plugin built for a future contract version, `wasmformer:plugin@0.3.0`, which this host
+//! A plugin built for a future contract version, `wasmformer:plugin@0.4.0`, which this host
 //! does not accept.
 
 wit_bindgen::generate!({
     inline: "
-        package wasmformer:plugin@0.3.0;
+        package wasmformer:plugin@0.4.0;
         interface handler {
             init: func(config: string) -> result<_, string>;
         }
