@@ -864,7 +864,7 @@ async fn a_re_subscribed_plugin_never_runs_two_versions_at_once() {
         s.cms.create(&PostParams::default(), &config_map(&format!("base-{i}"))).await.unwrap();
     }
     let config_for = |label: &str, resync: &str| {
-        let entry = recorder_entry("rec", &format!("{label}.wasm"), "overlap", &format!("{{tag: {label}, sleepMs: 50, marks: true}}"));
+        let entry = recorder_entry("rec", &format!("{label}.wasm"), "overlap", &format!("{{tag: {label}, sleepMs: 100, marks: true}}"));
         parse(&format!("plugins:\n{entry}    resync: {resync}\n"), versions.dir.path())
     };
     let runtime = start(&s, config_for("v1", "0s")).await;
@@ -872,7 +872,7 @@ async fn a_re_subscribed_plugin_never_runs_two_versions_at_once() {
     for i in 0..20 {
         s.cms.create(&PostParams::default(), &config_map(&format!("live-{i}"))).await.unwrap();
     }
-    eventually(WAIT, "a backlog", async || (status(&runtime, "rec").await.queue_depth >= 5).then_some(())).await;
+    eventually(WAIT, "a backlog", async || (status(&runtime, "rec").await.queue_depth >= 3).then_some(())).await;
     let report = runtime.apply_config(config_for("v2", "1h")).await;
     assert!(matches!(&report.plugins[..], [(_, ReloadOutcome::Rewired)]), "{report:?}");
     // v2 gets all 30 objects (as initial adds, or live if they arrived after it subscribed).
@@ -893,7 +893,7 @@ async fn a_re_subscribed_plugin_never_runs_two_versions_at_once() {
         }
     }
     let v1_calls = marks.iter().filter(|m| *m == "leave v1").count();
-    assert!(v1_calls >= 10 + 5, "v1 delivered its initial list and its backlog before it stopped: {v1_calls} calls");
+    assert!(v1_calls >= 10 + 3, "v1 delivered its initial list and its backlog before it stopped: {v1_calls} calls");
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }

@@ -5,10 +5,12 @@
 //! entries is decoded on its own, then checked ([`Problem`]). Paths are relative to the config
 //! file's folder. The README's configuration reference documents every field.
 
+mod limits;
 mod model;
 mod validate;
 
-pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef, WriteGrant, WriteVerb};
+pub use limits::Limits;
+pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef, SwapMode, WriteGrant, WriteVerb};
 pub use validate::{ConfigError, Problem};
 
 use std::path::{Path, PathBuf};

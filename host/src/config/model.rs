@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cache::{FieldPath, Gvk};
-use crate::dispatch::SwapMode;
-use crate::plugin::Limits;
+use super::Limits;
 
 /// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
 /// `$KUBECONFIG` or `~/.kube/config`, else the in-cluster service account.
@@ -309,4 +308,17 @@ impl PluginConfig {
 
 fn default_max_queued_events() -> usize {
     10_000
+}
+
+/// What a new version receives first when it is swapped in (`onSwap:` in the config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SwapMode {
+    /// `live` — the events after the swap; what was queued for the old version goes on to the
+    /// new one.
+    #[default]
+    Live,
+    /// `replay` — the current cache as initial adds, then the events after it; what was queued
+    /// for the old version is dropped (its effect is in the cache).
+    Replay,
 }

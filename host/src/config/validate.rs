@@ -288,7 +288,7 @@ plugins:
         assert_eq!(plugin.name.as_str(), "pod-logger");
         assert_eq!(plugin.limits.deadline.as_millis(), 50);
         assert_eq!(plugin.limits.memory_bytes, 64 << 20);
-        assert_eq!(plugin.on_swap, crate::dispatch::SwapMode::Replay);
+        assert_eq!(plugin.on_swap, crate::config::SwapMode::Replay);
         assert_eq!(plugin.handles[0].namespace.as_deref(), Some("shop"));
         assert_eq!(config.wasm_path(plugin), PathBuf::from("/etc/wasmformer/plugins/pod_logger.wasm"));
     }

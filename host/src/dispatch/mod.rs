@@ -12,7 +12,10 @@ use std::time::Duration;
 
 pub use queue::{EventQueue, Item, Popped, SourceId, SourceSink};
 pub use status::{PluginStatus, StatusReport};
-pub use worker::{PluginWorker, Source, SwapMode};
+pub use worker::{PluginWorker, Source};
+
+/// What a new version receives first when it is swapped in; a config type, used here.
+pub use crate::config::SwapMode;
 
 use crate::cache::{Store, StoreSource};
 use crate::informer::{Lister, Subscription};

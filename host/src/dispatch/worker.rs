@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::queue::{EventQueue, Item, Popped, SourceId};
 use super::status::PluginStatus;
 use crate::cache::Gvk;
+use crate::config::SwapMode;
 use crate::error_chain;
 use crate::informer::Lister;
 use crate::plugin::{Backoff, CallError, PluginInstance};
@@ -22,19 +21,6 @@ pub struct Source {
     pub gvk: Gvk,
     /// Its informer's store, for resyncs and replays.
     pub lister: Lister,
-}
-
-/// What a new version receives first when it is swapped in (`onSwap:` in the config).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SwapMode {
-    /// `live` — the events after the swap; what was queued for the old version goes on to the
-    /// new one.
-    #[default]
-    Live,
-    /// `replay` — the current cache as initial adds, then the events after it; what was queued
-    /// for the old version is dropped (its effect is in the cache).
-    Replay,
 }
 
 /// A new version waiting to replace the running one between two events.

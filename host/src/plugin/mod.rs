@@ -15,7 +15,6 @@ mod engine;
 mod error;
 pub mod host;
 mod instance;
-mod limits;
 mod load;
 mod world;
 
@@ -43,7 +42,7 @@ pub use engine::PluginEngine;
 pub use error::{CallError, LoadError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
 pub use instance::{Event, PluginInstance};
-pub use limits::Limits;
+pub use crate::config::Limits;
 pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// The WIT package this host implements.

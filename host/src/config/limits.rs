@@ -1,4 +1,6 @@
-//! [`Limits`]: what one plugin instance may use per call.
+//! [`Limits`]: what one plugin instance may use per call (`limits:` in a plugin's config). The
+//! sandbox in [`crate::plugin`] enforces them; the type lives here so the config depends on
+//! nothing of ours.
 
 use std::time::Duration;
 
