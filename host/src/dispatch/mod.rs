@@ -16,6 +16,7 @@ pub use worker::{PluginWorker, Source, SwapMode};
 
 use crate::cache::{Store, StoreSource};
 use crate::informer::{Lister, Subscription};
+use crate::metrics::PluginMetrics;
 use crate::plugin::PluginInstance;
 
 impl StoreSource for Lister {
@@ -34,6 +35,7 @@ pub struct DispatchedPlugin {
     worker: PluginWorker,
     subscriptions: Vec<Subscription>,
     listers: Vec<Lister>,
+    metrics: PluginMetrics,
 }
 
 impl DispatchedPlugin {
@@ -45,18 +47,20 @@ impl DispatchedPlugin {
         resync: Option<Duration>,
         handled: Vec<Source>,
         listers: Vec<Lister>,
+        metrics: PluginMetrics,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
-        let queue = EventQueue::new(max_queued);
+        let queue = EventQueue::with_metrics(max_queued, metrics.queue.clone());
         let status = Arc::new(PluginStatus::default());
         status.loaded(instance.plugin().digest());
+        metrics.running(instance.plugin().digest(), instance.plugin().contract());
         let subscriptions = handled
             .iter()
             .enumerate()
             .map(|(source, info)| info.lister.informer().subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
             .collect();
-        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync);
-        Self { name, queue, status, worker, subscriptions, listers }
+        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync, metrics.clone());
+        Self { name, queue, status, worker, subscriptions, listers, metrics }
     }
 
     /// The plugin's name.
@@ -83,6 +87,7 @@ impl DispatchedPlugin {
     /// Records a failed swap (the old version keeps running).
     pub fn swap_failed(&self, error: String) {
         self.status.swap_failed(error);
+        self.metrics.swapped(false);
     }
 
     /// Unsubscribes, then delivers what is queued within `timeout` and stops the worker.

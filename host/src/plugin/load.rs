@@ -40,6 +40,7 @@ struct Inner {
     pre: PluginPre<HostState>,
     from_cache: bool,
     load_time: Duration,
+    contract: String,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -71,7 +72,9 @@ impl LoadedPlugin {
         let (component, from_cache) = engine
             .compile(wasm, &digest)
             .map_err(|source| LoadError::Compile { plugin: plugin.clone(), path: file.clone(), source })?;
-        check_contract(&describe(engine.engine(), &component), &plugin, &file)?;
+        let info = describe(engine.engine(), &component);
+        check_contract(&info, &plugin, &file)?;
+        let contract = info.contract_version.unwrap_or_default();
         let instance_pre = engine
             .linker()
             .instantiate_pre(&component)
@@ -80,7 +83,12 @@ impl LoadedPlugin {
             .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
         let load_time = started.elapsed();
         tracing::info!(plugin.id = %plugin, plugin.digest = %&digest[..12], from_cache, ?load_time, "plugin loaded");
-        Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time }) })
+        Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time, contract }) })
+    }
+
+    /// The contract version it was built for (`0.2.0`).
+    pub fn contract(&self) -> &str {
+        &self.inner.contract
     }
 
     /// The plugin's name from the configuration.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{HostState, wit_object};
 use crate::cache::{Gvk, LabelSelector, Store, StoreSource};
+use crate::metrics::ListerCalls;
 use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
@@ -12,6 +13,7 @@ use crate::plugin::bindings::wasmformer::plugin::types;
 #[derive(Debug, Default, Clone)]
 pub struct Grants {
     stores: HashMap<Gvk, Arc<dyn StoreSource>>,
+    calls: Option<ListerCalls>,
 }
 
 impl Grants {
@@ -29,6 +31,26 @@ impl Grants {
     pub fn grant_source(&mut self, gvk: Gvk, source: Arc<dyn StoreSource>) -> &mut Self {
         self.stores.insert(gvk, source);
         self
+    }
+
+    /// Counts every lister call with `calls` (`wasmformer_lister_calls_total`).
+    pub fn count_calls(&mut self, calls: ListerCalls) -> &mut Self {
+        self.calls = Some(calls);
+        self
+    }
+
+    fn counted<T>(&self, kind: &Gvk, result: Result<T, Error>) -> Result<T, Error> {
+        if let Some(calls) = &self.calls {
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(Error::NotFound) => "not-found",
+                Err(Error::Forbidden(_)) => "forbidden",
+                Err(Error::InvalidSelector(_)) => "invalid-selector",
+                Err(Error::UnknownIndex(_)) => "unknown-index",
+            };
+            calls.count(&kind.to_string(), outcome);
+        }
+        result
     }
 
     /// The current store for `gvk`, if granted.
@@ -63,9 +85,11 @@ impl HostState {
 impl lister::Host for HostState {
     fn get(&mut self, kind: types::Gvk, namespace: String, name: String) -> wasmtime::Result<Result<types::Object, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "get").and_then(|store| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "get").and_then(|store| {
             store.get(&namespace, &name).map(|obj| wit_object(store.gvk(), &obj)).ok_or(Error::NotFound)
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 
     fn list(
@@ -75,17 +99,21 @@ impl lister::Host for HostState {
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "list").and_then(|store| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "list").and_then(|store| {
             let selector: LabelSelector = label_selector.parse().map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
             Ok(store.list(namespace.as_deref(), &selector).iter().map(|o| wit_object(store.gvk(), o)).collect())
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 
     fn by_index(&mut self, kind: types::Gvk, index: String, value: String) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "by-index").and_then(|store| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "by-index").and_then(|store| {
             let objects = store.by_index(&index, &value).map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects.iter().map(|o| wit_object(store.gvk(), o)).collect())
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 }
