@@ -1,4 +1,4 @@
-//! The admin endpoint: `/healthz`, `/readyz` (every plugin synced), `/status` (plugins and
+//! The admin endpoint: `/` (a status page over `/status`, `admin/status.html`), `/healthz`, `/readyz` (every plugin synced), `/status` (plugins and
 //! informers as JSON), and `POST /reload[?plugin=NAME]`, which requires the bearer token from
 //! `host.adminTokenFile`; `/metrics` (Prometheus text, or OpenMetrics when the scraper asks).
 
@@ -51,6 +51,7 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let state = Admin { runtime, token: token.map(|t| t.trim().into()) };
     let app = Router::new()
+        .route("/", get(|| async { axum::response::Html(include_str!("admin/status.html")) }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))

@@ -207,7 +207,28 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     assert!(used.len() >= 10, "the dashboard uses {used:?}");
     let unknown: Vec<&String> = used.iter().filter(|m| !exported.contains(*m)).collect();
     assert!(unknown.is_empty(), "deploy/grafana-dashboard.json queries metrics the host does not export: {unknown:?}");
+
+    // So does the README's metrics table.
+    let readme = std::fs::read_to_string(wasmformer_tests::repo_root().join("README.md")).unwrap();
+    let documented = readme_metrics(&readme);
+    assert!(documented.len() >= 25, "the README documents {documented:?}");
+    let undocumented: Vec<&String> = documented
+        .iter()
+        .filter(|m| !exported.contains(*m) && !exported.contains(&format!("{m}_bucket")))
+        .collect();
+    assert!(undocumented.is_empty(), "the README documents metrics the host does not export: {undocumented:?}");
     runtime.shutdown().await;
+}
+
+/// The metric names in the first column of the README's metrics table.
+fn readme_metrics(readme: &str) -> BTreeSet<String> {
+    let section = &readme[readme.find("### Metrics").expect("README has a Metrics section")..];
+    let section = &section[..section.find("\n### ").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|l| l.split('|').nth(1).unwrap().split(',').map(|m| m.trim().trim_matches('`').to_owned()).collect::<Vec<_>>())
+        .collect()
 }
 
 /// Every sample name the exposition holds (histograms as their `_bucket`/`_sum`/`_count`).

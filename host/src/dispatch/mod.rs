@@ -54,6 +54,7 @@ impl DispatchedPlugin {
         let status = Arc::new(PluginStatus::default());
         status.loaded(instance.plugin().digest());
         metrics.running(instance.plugin().digest(), instance.plugin().contract());
+        status.contract(instance.plugin().contract());
         let subscriptions = handled
             .iter()
             .enumerate()

@@ -189,6 +189,7 @@ impl Delivery {
         let replayed = (mode == SwapMode::Replay).then(|| self.replay());
         self.status.swapped(&digest);
         self.metrics.running(&digest, self.instance.plugin().contract());
+        self.status.contract(self.instance.plugin().contract());
         self.metrics.swapped(true);
         self.log_dropped_seen = 0;
         tracing::info!(

@@ -284,6 +284,7 @@ impl Runtime {
             reports.push(StatusReport {
                 name: name.clone(),
                 version: String::new(),
+                contract: String::new(),
                 loaded_at: None,
                 swaps: 0,
                 calls: 0,
