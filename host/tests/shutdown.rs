@@ -42,7 +42,7 @@ fn cluster(sleep_ms: u64, shutdown_timeout: &str) -> (Cluster, String) {
         }
         dev
     });
-    dev.write_kubeconfig(&dir.path().join("dev.kubeconfig")).unwrap();
+    dev.write_kubeconfig(dir.path().join("dev.kubeconfig")).unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,

@@ -35,6 +35,9 @@ pub struct InformerSample {
     pub synced: bool,
 }
 
+/// Reads one gauge's value from a sample (`NaN`: no value).
+type Reading = fn(&InformerSample) -> f64;
+
 /// Lists the running informers at scrape time.
 pub type InformerSampler = Box<dyn Fn() -> Vec<InformerSample> + Send + Sync>;
 
@@ -67,7 +70,7 @@ fn labels_with(sample: &InformerSample, name: &'static str, value: &str) -> Labe
 impl Collector for InformerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let samples = (self.sampler)();
-        let gauges: [(&str, &str, fn(&InformerSample) -> f64); 3] = [
+        let gauges: [(&str, &str, Reading); 3] = [
             ("wasmformer_informer_objects", "Objects in the informer's cache", |s| s.objects as f64),
             ("wasmformer_informer_synced", "1 once the informer's first list completed", |s| f64::from(u8::from(s.synced))),
             (
