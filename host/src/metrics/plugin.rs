@@ -2,6 +2,7 @@
 //! `wasmformer_lister_calls_total`, `wasmformer_plugin_swaps_total`, `wasmformer_plugin_info`,
 //! `wasmformer_plugin_log_dropped_bytes_total`.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,6 +97,9 @@ pub(super) struct Families {
     swaps: Family<SwapLabels, Counter>,
     info: Family<InfoLabels, Gauge>,
     log_dropped: Family<PluginLabel, Counter>,
+    /// Each plugin's running (version, contract), shared by every handle of that name, so a
+    /// plugin started again (re-subscribed) moves its one `wasmformer_plugin_info` series.
+    versions: Mutex<BTreeMap<String, Arc<Mutex<(String, String)>>>>,
 }
 
 impl Families {
@@ -107,6 +111,7 @@ impl Families {
             swaps: Family::default(),
             info: Family::default(),
             log_dropped: Family::default(),
+            versions: Mutex::default(),
         };
         registry.register(
             "wasmformer_handler_calls",
@@ -150,7 +155,8 @@ pub struct PluginMetrics {
 
 impl PluginMetrics {
     pub(super) fn new(name: &str, families: Arc<Families>, queue: QueueMetrics) -> Self {
-        Self { name: name.to_owned(), version: Arc::default(), families, queue }
+        let version = families.versions.lock().expect("plugin metrics lock poisoned").entry(name.to_owned()).or_default().clone();
+        Self { name: name.to_owned(), version, families, queue }
     }
 
     fn short(digest: &str) -> String {

@@ -22,6 +22,11 @@ fn a_plugin_call_shows_under_its_version_and_openmetrics_ends_with_eof() {
     assert!(text.contains(r#"wasmformer_handler_duration_seconds_count{plugin="rec",event="add"} 2"#), "{text}");
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
     assert!(metrics.encode(Format::OpenMetrics).ends_with("# EOF\n"));
+
+    // Started again under the same name (re-subscribed): still one info series.
+    metrics.plugin("rec").running("aaaaaaaaaaaaaaaa", "0.2.0");
+    let text = metrics.encode(Format::Text);
+    assert_eq!(text.matches("wasmformer_plugin_info{").count(), 1, "{text}");
 }
 
 #[test]
