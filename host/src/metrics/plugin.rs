@@ -99,8 +99,11 @@ pub(super) struct Families {
     log_dropped: Family<PluginLabel, Counter>,
     /// Each plugin's running (version, contract), shared by every handle of that name, so a
     /// plugin started again (re-subscribed) moves its one `wasmformer_plugin_info` series.
-    versions: Mutex<BTreeMap<String, Arc<Mutex<(String, String)>>>>,
+    versions: Mutex<BTreeMap<String, RunningVersion>>,
 }
+
+/// A plugin's running (short version, contract), shared by its metrics handles.
+type RunningVersion = Arc<Mutex<(String, String)>>;
 
 impl Families {
     pub(super) fn register(registry: &mut Registry) -> Self {
@@ -147,7 +150,7 @@ impl Families {
 #[derive(Debug, Clone)]
 pub struct PluginMetrics {
     name: String,
-    version: Arc<Mutex<(String, String)>>,
+    version: RunningVersion,
     families: Arc<Families>,
     /// Its queue's `workqueue_*` series.
     pub queue: QueueMetrics,
