@@ -9,6 +9,17 @@ ensure_wasm_target() {
 }
 
 # kubectl drives the dev cluster in its tests; Debian packages it.
+# Headless Chromium renders the admin status page in tests/tests/status_page.rs.
+ensure_chromium() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    echo "installing chromium (Debian package)" >&2
+    if command -v apt-get >/dev/null 2>&1; then
+      (apt-get update -qq && apt-get install -y -qq chromium) >&2 || true
+    fi
+    command -v chromium >/dev/null 2>&1 || { echo "chromium is required for the status page test: install it (apt-get install chromium)" >&2; exit 1; }
+  fi
+}
+
 ensure_kubectl() {
   if ! command -v kubectl >/dev/null 2>&1; then
     echo "installing kubectl (Debian package)" >&2

@@ -1,6 +1,6 @@
-//! The admin endpoint: `/healthz`, `/readyz` (every plugin synced), `/status` (plugins and
+//! The admin endpoint: `/` (a status page over `/status`, `admin/status.html`), `/healthz`, `/readyz` (every plugin synced), `/status` (plugins and
 //! informers as JSON), and `POST /reload[?plugin=NAME]`, which requires the bearer token from
-//! `host.adminTokenFile`.
+//! `host.adminTokenFile`; `/metrics` (Prometheus text, or OpenMetrics when the scraper asks).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,9 +51,11 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let state = Admin { runtime, token: token.map(|t| t.trim().into()) };
     let app = Router::new()
+        .route("/", get(|| async { axum::response::Html(include_str!("admin/status.html")) }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
+        .route("/metrics", get(metrics))
         .route("/reload", post(reload))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -69,6 +71,12 @@ pub async fn serve(
 
 async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
     if admin.runtime.is_synced().await { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "plugins not synced yet") }
+}
+
+async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Response {
+    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = crate::metrics::Format::from_accept(accept);
+    ([(axum::http::header::CONTENT_TYPE, format.content_type())], admin.runtime.metrics().encode(format)).into_response()
 }
 
 async fn status(State(admin): State<Admin>) -> Json<HostStatus> {

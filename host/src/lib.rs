@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod dispatch;
 pub mod informer;
+pub mod metrics;
 pub mod plugin;
 pub mod rbac;
 pub mod replay;

@@ -59,11 +59,26 @@ pub async fn serve(
             None => std::future::pending().await,
         }
     };
+    let timeout = runtime.config().host.shutdown_timeout;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, stopping"),
-        _ = terminate.recv() => tracing::info!("SIGTERM received, stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!(shutdown.timeout = ?timeout, "SIGINT received, stopping"),
+        _ = terminate.recv() => tracing::info!(shutdown.timeout = ?timeout, "SIGTERM received, stopping"),
         _ = deadline => tracing::info!("run time over, stopping"),
     }
-    runtime.shutdown().await;
+    // Stop taking events, deliver what is queued within host.shutdownTimeout; a second signal
+    // exits at once, like kubelet's second SIGTERM or an impatient Ctrl-C.
+    let started = std::time::Instant::now();
+    tokio::select! {
+        _ = runtime.shutdown() => {}
+        _ = tokio::signal::ctrl_c() => exit_at_once("SIGINT", 130),
+        _ = terminate.recv() => exit_at_once("SIGTERM", 143),
+    }
+    tracing::info!(shutdown.elapsed = ?started.elapsed(), "stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// A second signal during shutdown: leave without delivering the rest (exit status 128 + signal).
+fn exit_at_once(signal: &str, status: i32) -> ! {
+    tracing::warn!(signal, "second signal during shutdown: exiting without delivering the queued events");
+    std::process::exit(status)
 }

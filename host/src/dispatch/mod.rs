@@ -19,6 +19,7 @@ pub use crate::config::SwapMode;
 
 use crate::cache::{Store, StoreSource};
 use crate::informer::{Lister, Subscription};
+use crate::metrics::PluginMetrics;
 use crate::plugin::PluginInstance;
 
 impl StoreSource for Lister {
@@ -37,6 +38,7 @@ pub struct DispatchedPlugin {
     worker: PluginWorker,
     subscriptions: Vec<Subscription>,
     listers: Vec<Lister>,
+    metrics: PluginMetrics,
 }
 
 impl DispatchedPlugin {
@@ -55,19 +57,22 @@ impl DispatchedPlugin {
         handled: Vec<Source>,
         listers: Vec<Lister>,
         previous: Option<(DispatchedPlugin, Duration)>,
+        metrics: PluginMetrics,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
-        let queue = EventQueue::new(max_queued);
+        let queue = EventQueue::with_metrics(max_queued, metrics.queue.clone());
         let status = Arc::new(PluginStatus::default());
         status.loaded(instance.plugin().digest());
+        metrics.running(instance.plugin().digest(), instance.plugin().contract());
+        status.contract(instance.plugin().contract());
         let subscriptions = handled
             .iter()
             .enumerate()
             .map(|(source, info)| info.lister.informer().subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
             .collect();
         let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> { Box::new(move || previous.stop(timeout)) });
-        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync, before);
-        Self { name, queue, status, worker, subscriptions, listers }
+        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync, before, metrics.clone());
+        Self { name, queue, status, worker, subscriptions, listers, metrics }
     }
 
     /// The plugin's name.
@@ -94,6 +99,7 @@ impl DispatchedPlugin {
     /// Records a failed swap (the old version keeps running).
     pub fn swap_failed(&self, error: String) {
         self.status.swap_failed(error);
+        self.metrics.swapped(false);
     }
 
     /// Unsubscribes, then delivers what is queued within `timeout` and stops the worker.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{CachedObject, ObjectKey};
 use crate::informer::{Delta, DeltaSink};
+use crate::metrics::QueueMetrics;
 use crate::plugin::Event;
 
 /// Which of the plugin's subscriptions an item came from (its position in the plugin's
@@ -50,6 +51,8 @@ struct State {
     /// The sequence number of each object's latest queued event.
     latest: HashMap<(SourceId, ObjectKey), u64>,
     coalesced: u64,
+    /// When each queued item was appended, for `workqueue_queue_duration_seconds`.
+    enqueued: HashMap<u64, Instant>,
     closed: bool,
     woken: bool,
 }
@@ -60,6 +63,7 @@ pub struct EventQueue {
     state: Mutex<State>,
     ready: Condvar,
     max_queued: usize,
+    metrics: QueueMetrics,
 }
 
 /// What [`EventQueue::pop`] found.
@@ -78,7 +82,12 @@ pub enum Popped {
 impl EventQueue {
     /// An empty queue that starts coalescing updates past `max_queued` items.
     pub fn new(max_queued: usize) -> Arc<Self> {
-        Arc::new(Self { state: Mutex::default(), ready: Condvar::new(), max_queued })
+        Self::with_metrics(max_queued, QueueMetrics::default())
+    }
+
+    /// [`EventQueue::new`], reporting to `metrics` (the plugin's `workqueue_*` series).
+    pub fn with_metrics(max_queued: usize, metrics: QueueMetrics) -> Arc<Self> {
+        Arc::new(Self { state: Mutex::default(), ready: Condvar::new(), max_queued, metrics })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -95,9 +104,11 @@ impl EventQueue {
             && state.items.len() >= self.max_queued
             && Self::merge_update(&mut state, *source, new)
         {
+            self.metrics.coalesced();
             return;
         }
         Self::append(&mut state, item);
+        self.metrics.added(state.items.len());
         drop(state);
         self.ready.notify_one();
     }
@@ -109,6 +120,7 @@ impl EventQueue {
             state.latest.insert((*source, event.object().key().clone()), seq);
         }
         state.items.push_back((seq, item));
+        state.enqueued.insert(seq, Instant::now());
     }
 
     /// Replaces what `source` has queued with `objects` as initial adds, then `Synced` if
@@ -123,10 +135,12 @@ impl EventQueue {
         let kept: Vec<Item> = std::mem::take(&mut state.items).into_iter().map(|(_, item)| item).filter(|item| item.source() != source).collect();
         let dropped = before - kept.len();
         state.latest.clear();
+        state.enqueued.clear();
         let replayed = objects.into_iter().map(|obj| Item::Event { source, event: Event::Add { obj, initial: true } });
         for item in kept.into_iter().chain(replayed).chain(synced.then_some(Item::Synced { source })) {
             Self::append(&mut state, item);
         }
+        self.metrics.depth(state.items.len());
         drop(state);
         self.ready.notify_one();
         dropped
@@ -184,6 +198,10 @@ impl EventQueue {
                         state.latest.remove(&key);
                     }
                 }
+                if let Some(at) = state.enqueued.remove(&seq) {
+                    self.metrics.taken(at.elapsed());
+                }
+                self.metrics.depth(state.items.len());
                 return Popped::Item(item);
             }
             if state.closed {
@@ -217,7 +235,9 @@ impl EventQueue {
         let dropped = state.items.len();
         state.items.clear();
         state.latest.clear();
+        state.enqueued.clear();
         state.closed = true;
+        self.metrics.depth(0);
         drop(state);
         self.ready.notify_all();
         dropped

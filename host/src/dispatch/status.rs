@@ -19,6 +19,7 @@ pub struct PluginStatus {
 #[derive(Debug, Default, Clone)]
 struct Details {
     digest: String,
+    contract: String,
     loaded_at: Option<SystemTime>,
     last_error: Option<(SystemTime, String)>,
     last_swap_error: Option<(SystemTime, String)>,
@@ -32,6 +33,8 @@ pub struct StatusReport {
     pub name: String,
     /// The running version: SHA-256 of its wasm.
     pub version: String,
+    /// The contract version it was built for (`0.2.0`); empty if it never loaded.
+    pub contract: String,
     /// When that version was loaded (RFC 3339).
     pub loaded_at: Option<String>,
     /// How many times a new version replaced the running one.
@@ -63,6 +66,10 @@ impl PluginStatus {
         let mut details = self.details();
         details.digest = digest.to_owned();
         details.loaded_at = Some(SystemTime::now());
+    }
+
+    pub(crate) fn contract(&self, contract: &str) {
+        self.details().contract = contract.to_owned();
     }
 
     pub(crate) fn swapped(&self, digest: &str) {
@@ -102,6 +109,7 @@ impl PluginStatus {
         StatusReport {
             name: name.to_owned(),
             version: details.digest,
+            contract: details.contract,
             loaded_at: details.loaded_at.map(rfc3339),
             swaps: self.swaps.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),

@@ -12,7 +12,8 @@ use crate::cache::Gvk;
 use crate::config::SwapMode;
 use crate::error_chain;
 use crate::informer::Lister;
-use crate::plugin::{Backoff, CallError, PluginInstance};
+use crate::metrics::{CallResult, PluginMetrics};
+use crate::plugin::{Backoff, CallError, PluginInstance, TrapKind};
 
 /// What the worker knows of one subscription.
 #[derive(Debug, Clone)]
@@ -50,6 +51,9 @@ struct Delivery {
     swap: Arc<Mutex<Option<PendingSwap>>>,
     resync: Option<Duration>,
     unsynced: Vec<bool>,
+    metrics: PluginMetrics,
+    /// The running version's dropped log bytes already counted.
+    log_dropped_seen: u64,
 }
 
 impl PluginWorker {
@@ -62,11 +66,23 @@ impl PluginWorker {
         status: Arc<PluginStatus>,
         resync: Option<Duration>,
         before: Option<Box<dyn FnOnce() + Send>>,
+        metrics: PluginMetrics,
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let swap = Arc::new(Mutex::new(None));
         let unsynced = vec![true; sources.len()];
-        let delivery = Delivery { name: name.clone(), instance, queue: queue.clone(), sources, status, swap: swap.clone(), resync, unsynced };
+        let delivery = Delivery {
+            name: name.clone(),
+            instance,
+            queue: queue.clone(),
+            sources,
+            status,
+            swap: swap.clone(),
+            resync,
+            unsynced,
+            metrics,
+            log_dropped_seen: 0,
+        };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
             .spawn(move || {
@@ -133,7 +149,12 @@ impl Delivery {
                 Popped::Item(Item::Event { source, event }) => {
                     let gvk = &self.sources[source].gvk;
                     let started = Instant::now();
+                    let work = self.metrics.queue.work();
                     let result = self.instance.handle(gvk, &event);
+                    drop(work);
+                    self.metrics.handler_call(event.kind(), call_result(&result), started.elapsed());
+                    let dropped = self.instance.dropped_log_bytes();
+                    self.metrics.log_dropped(dropped.saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)));
                     let obj = event.object();
                     match &result {
                         Ok(()) => {
@@ -163,6 +184,10 @@ impl Delivery {
         let old = std::mem::replace(&mut self.instance, instance);
         let replayed = (mode == SwapMode::Replay).then(|| self.replay());
         self.status.swapped(&digest);
+        self.metrics.running(&digest, self.instance.plugin().contract());
+        self.status.contract(self.instance.plugin().contract());
+        self.metrics.swapped(true);
+        self.log_dropped_seen = 0;
         tracing::info!(
             plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], replayed,
             "plugin version swapped in"
@@ -209,6 +234,18 @@ fn resync(queue: &EventQueue, sources: &[Source]) {
         let mut queued = 0;
         info.lister.informer().replay(|objects, _synced| queued = queue.resync(source, objects));
         tracing::debug!(resource = %info.gvk, queued, "resync queued");
+    }
+}
+
+fn call_result(result: &Result<(), CallError>) -> CallResult {
+    match result {
+        Ok(()) => CallResult::Ok,
+        Err(error) => match error.trap_kind() {
+            Some(TrapKind::Deadline) => CallResult::Deadline,
+            Some(TrapKind::MemoryLimit) => CallResult::Memory,
+            Some(_) => CallResult::Trap,
+            None => CallResult::Error,
+        },
     }
 }
 

@@ -291,6 +291,8 @@ async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
         assert_eq!(initial_requests(&dev, strategy), 2, "{strategy:?}");
         let status = subscription.informer().status();
         assert_eq!((status.relists, status.errors, status.objects), (1, 1, 3), "{strategy:?}");
+        assert_eq!((status.lists, status.relists_expired), (2, 1), "{strategy:?}: the relist is counted as a 410's");
+        assert_eq!(status.deltas, crate::informer::DeltaCounts { added: 4, updated: 1, deleted: 1 }, "{strategy:?}");
         assert!(status.last_error.unwrap().message.contains("410 Gone"), "{strategy:?}");
     }
 }

@@ -61,6 +61,26 @@ pub struct InformerStatus {
     pub last_error: Option<LastError>,
     /// How the initial content is fetched, once the watch has started (`List` or `Streaming`).
     pub list_strategy: Option<ListStrategy>,
+    /// Lists started, the first included.
+    pub lists: u64,
+    /// Of the relists, those after the watch expired (`410 Gone`); the rest followed another
+    /// failure.
+    pub relists_expired: u64,
+    /// Deltas fanned out, by type: adds, updates, deletes.
+    pub deltas: DeltaCounts,
+    /// When the last object arrived (listed or watched).
+    pub last_event_at: Option<SystemTime>,
+}
+
+/// Deltas an informer produced, by type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeltaCounts {
+    /// `Add`s.
+    pub added: u64,
+    /// `Update`s (resyncs are the plugins' own and not counted here).
+    pub updated: u64,
+    /// `Delete`s, tombstones included.
+    pub deleted: u64,
 }
 
 /// Everything the apply/fan-out lock protects.
@@ -70,6 +90,8 @@ struct Fanout {
     sinks: Vec<(u64, Arc<dyn DeltaSink>)>,
     next_id: u64,
     status: InformerStatus,
+    /// The last watch failure was a `410 Gone`: the next relist is for that reason.
+    expired: bool,
 }
 
 /// The state shared by the informer handle and its task.
@@ -88,18 +110,32 @@ impl Core {
 
     fn apply(&self, event: Event<Value>, strategy: Option<ListStrategy>) {
         let mut fanout = self.lock();
-        let Fanout { reflector, sinks, status, .. } = &mut *fanout;
+        let Fanout { reflector, sinks, status, expired, .. } = &mut *fanout;
         status.list_strategy = strategy.or(status.list_strategy);
         match &event {
-            Event::Init if reflector.is_synced() => {
-                status.relists += 1;
-                tracing::info!(informer.relists = status.relists, "relisting");
+            Event::Init => {
+                status.lists += 1;
+                if reflector.is_synced() {
+                    status.relists += 1;
+                    status.relists_expired += u64::from(std::mem::take(expired));
+                    tracing::info!(informer.relists = status.relists, "relisting");
+                }
             }
-            Event::Apply(_) | Event::InitApply(_) | Event::Delete(_) => status.events += 1,
+            Event::Apply(_) | Event::InitApply(_) | Event::Delete(_) => {
+                status.events += 1;
+                status.last_event_at = Some(SystemTime::now());
+            }
             _ => {}
         }
         let was_synced = reflector.is_synced();
+        let deltas = &mut status.deltas;
         let rejected = reflector.apply(event, &mut |delta| {
+            match &delta {
+                Delta::Add { .. } => deltas.added += 1,
+                Delta::Update { .. } => deltas.updated += 1,
+                Delta::Delete { .. } => deltas.deleted += 1,
+                Delta::Synced => {}
+            }
             for (_, sink) in sinks.iter() {
                 sink.push(delta.clone());
             }
@@ -120,6 +156,7 @@ impl Core {
             _ => tracing::warn!(error = %message, "watch failed"),
         }
         let mut fanout = self.lock();
+        fanout.expired = matches!(error, WatchError::Expired { .. });
         fanout.status.errors += 1;
         fanout.status.last_error = Some(LastError { message, at: SystemTime::now() });
     }
@@ -217,6 +254,7 @@ impl Informer {
             sinks: Vec::new(),
             next_id: 0,
             status: InformerStatus::default(),
+            expired: false,
         };
         let span = tracing::info_span!(
             "informer",

@@ -232,6 +232,10 @@ async fn status_counts_events_relists_and_errors() {
     let status = informer.status();
     assert!(status.synced && status.synced_at.is_some());
     assert_eq!((status.events, status.relists, status.errors, status.objects), (4, 1, 1, 2));
+    // What the metrics show: two lists, the second after a 410; b's tombstone; a unchanged.
+    assert_eq!((status.lists, status.relists_expired), (2, 1));
+    assert_eq!(status.deltas, crate::informer::DeltaCounts { added: 3, updated: 0, deleted: 1 });
+    assert!(status.last_event_at.is_some());
     assert!(status.last_error.unwrap().message.starts_with("watch of pods in all namespaces expired (410 Gone)"));
 }
 

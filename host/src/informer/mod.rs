@@ -27,7 +27,7 @@ pub mod watch;
 
 pub use delta::{Delta, DeltaSink};
 pub use factory::InformerFactory;
-pub use informer::{Informer, InformerStatus, LastError, Lister, Subscription};
+pub use informer::{DeltaCounts, Informer, InformerStatus, LastError, Lister, Subscription};
 pub use spec::{InformerKey, StoreOptions};
 pub use watch::{ListStrategy, WatchError, WatchSettings};
 

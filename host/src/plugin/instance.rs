@@ -118,6 +118,11 @@ impl PluginInstance {
         self.failures
     }
 
+    /// Log bytes dropped over the per-call budget by this version so far.
+    pub fn dropped_log_bytes(&self) -> u64 {
+        self.log.lock().expect("log sink lock poisoned").dropped_bytes_total()
+    }
+
     /// How many times an instance was created (1 + recreations after traps).
     pub fn instantiations(&self) -> u64 {
         self.instantiations

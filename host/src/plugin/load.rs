@@ -40,6 +40,7 @@ struct Inner {
     pre: Pre,
     from_cache: bool,
     load_time: Duration,
+    contract: String,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -73,12 +74,18 @@ impl LoadedPlugin {
             .map_err(|source| LoadError::Compile { plugin: plugin.clone(), path: file.clone(), source })?;
         let info = describe(engine.engine(), &component);
         let minor = check_contract(&info, &plugin, &file)?;
+        let contract = info.contract_version.clone().unwrap_or_default();
         let instance_pre = engine.linker().instantiate_pre(&component).map_err(|source| unlinked(&info, &plugin, &file, source))?;
         let pre = Pre::new(minor, instance_pre)
             .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
         let load_time = started.elapsed();
         tracing::info!(plugin.id = %plugin, plugin.digest = %&digest[..12], from_cache, ?load_time, "plugin loaded");
-        Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time }) })
+        Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time, contract }) })
+    }
+
+    /// The contract version it was built for (`0.2.0`).
+    pub fn contract(&self) -> &str {
+        &self.inner.contract
     }
 
     /// The plugin's name from the configuration.

@@ -24,6 +24,7 @@ use crate::error_chain;
 use crate::config::{HostConfig, KindRef, PluginConfig};
 use crate::dispatch::{DispatchedPlugin, Source, StatusReport};
 use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
+use crate::metrics::{InformerSample, InformerSampler, Metrics};
 use crate::plugin::{CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance};
 
 /// How the runtime watches and where plugin logs go besides tracing.
@@ -102,6 +103,7 @@ pub struct Runtime {
     /// The reload task: every change to the running plugins goes through it, one at a time.
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
     writes: writes::Writes,
+    metrics: Arc<Metrics>,
 }
 
 /// A running plugin with what a swap needs to start its next version.
@@ -124,9 +126,14 @@ impl Runtime {
     pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, options: RuntimeOptions) -> Arc<Self> {
         let plugins = config.plugins.clone();
         let (reloads, requests) = tokio::sync::mpsc::unbounded_channel();
+        let mut metrics = Metrics::new();
+        let client = metrics.instrument_client(client);
+        let factory = InformerFactory::new(client.clone(), options.watch);
+        metrics.register_informers(informer_sampler(factory.clone()));
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
-            factory: InformerFactory::new(client.clone(), options.watch),
+            factory,
+            metrics: Arc::new(metrics),
             writes: writes::Writes::new(client.clone(), options.dry_run),
             log_observer: options.log_observer,
             discovery: Discovery::new(client),
@@ -161,6 +168,11 @@ impl Runtime {
         &self.factory
     }
 
+    /// The metrics registry (`/metrics`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The engine plugins are compiled with.
     pub fn engine(&self) -> &Arc<PluginEngine> {
         &self.engine
@@ -179,7 +191,9 @@ impl Runtime {
         let name = plugin.name.as_str().to_owned();
         let wiring = self.wire(&plugin).await?;
         let loaded = self.load(&plugin).await?;
+        let metrics = self.metrics.plugin(&name);
         let mut grants = Grants::none();
+        grants.count_calls(metrics.lister_calls());
         let mut handled = Vec::new();
         let mut listers = Vec::new();
         for (key, options) in wiring.handled.iter().chain(wiring.read.iter()) {
@@ -210,6 +224,7 @@ impl Runtime {
             handled,
             listers,
             previous,
+            metrics,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
         self.failed.lock().expect("failed lock").remove(&name);
@@ -297,6 +312,7 @@ impl Runtime {
             reports.push(StatusReport {
                 name: name.clone(),
                 version: String::new(),
+                contract: String::new(),
                 loaded_at: None,
                 swaps: 0,
                 calls: 0,
@@ -353,6 +369,40 @@ impl Runtime {
         }
         tracing::info!("all plugins stopped");
     }
+}
+
+/// Samples every running informer for the metrics, at scrape time.
+fn informer_sampler(factory: InformerFactory) -> InformerSampler {
+    Box::new(move || {
+        factory
+            .statuses()
+            .into_iter()
+            .map(|(key, status)| {
+                let relists_other = status.relists - status.relists_expired;
+                let selector: Vec<String> = [
+                    key.label_selector.as_ref().map(|s| format!("labels {s}")),
+                    key.field_selector.as_ref().map(|s| format!("fields {s}")),
+                    key.metadata_only.then(|| "metadata-only".to_owned()),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                InformerSample {
+                    resource: key.resource_name(),
+                    namespace: if key.namespaced { key.namespace_label().to_owned() } else { String::new() },
+                    selector: selector.join("; "),
+                    objects: status.objects as u64,
+                    events: [("added", status.deltas.added), ("updated", status.deltas.updated), ("deleted", status.deltas.deleted)],
+                    lists: [("start", status.lists - status.relists), ("410", status.relists_expired), ("error", relists_other)],
+                    watch_restarts: status.errors,
+                    seconds_since_last_event: status
+                        .last_event_at
+                        .map(|at| at.elapsed().unwrap_or_default().as_secs_f64()),
+                    synced: status.synced,
+                }
+            })
+            .collect()
+    })
 }
 
 fn gvk_of(resource: &ApiResource) -> Gvk {

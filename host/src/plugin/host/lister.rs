@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::{HostState, wit_object};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
+use crate::metrics::ListerCalls;
 use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
@@ -20,6 +21,7 @@ use crate::plugin::bindings::wasmformer::plugin::types;
 pub struct Grants {
     stores: HashMap<Gvk, Vec<Arc<dyn StoreSource>>>,
     writes: Option<Arc<super::WriteAccess>>,
+    calls: Option<ListerCalls>,
 }
 
 impl Grants {
@@ -54,6 +56,26 @@ impl Grants {
     /// What the plugin may write, if anything.
     pub fn writes(&self) -> Option<Arc<super::WriteAccess>> {
         self.writes.clone()
+    }
+
+    /// Counts every lister call with `calls` (`wasmformer_lister_calls_total`).
+    pub fn count_calls(&mut self, calls: ListerCalls) -> &mut Self {
+        self.calls = Some(calls);
+        self
+    }
+
+    fn counted<T>(&self, kind: &Gvk, result: Result<T, Error>) -> Result<T, Error> {
+        if let Some(calls) = &self.calls {
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(Error::NotFound) => "not-found",
+                Err(Error::Forbidden(_)) => "forbidden",
+                Err(Error::InvalidSelector(_)) => "invalid-selector",
+                Err(Error::UnknownIndex(_)) => "unknown-index",
+            };
+            calls.count(&kind.to_string(), outcome);
+        }
+        result
     }
 
     /// The granted kinds.
@@ -138,9 +160,11 @@ impl HostState {
 impl lister::Host for HostState {
     fn get(&mut self, kind: types::Gvk, namespace: String, name: String) -> wasmtime::Result<Result<types::Object, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "get").and_then(|granted| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "get").and_then(|granted| {
             granted.get(&namespace, &name).map(|obj| wit_object(granted.gvk(), &obj)).ok_or(Error::NotFound)
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 
     fn list(
@@ -150,18 +174,22 @@ impl lister::Host for HostState {
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "list").and_then(|granted| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "list").and_then(|granted| {
             let selector: LabelSelector = label_selector.parse().map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
             Ok(granted.list(namespace.as_deref(), &selector).iter().map(|o| wit_object(granted.gvk(), o)).collect())
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 
     fn by_index(&mut self, kind: types::Gvk, index: String, value: String) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
         self.check_deadline()?;
-        Ok(self.granted(kind, "by-index").and_then(|granted| {
+        let gvk = host_gvk(kind.clone());
+        let result = self.granted(kind, "by-index").and_then(|granted| {
             let objects = granted.by_index(&index, &value).map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects.iter().map(|o| wit_object(granted.gvk(), o)).collect())
-        }))
+        });
+        Ok(self.grants.counted(&gvk, result))
     }
 }
 

@@ -40,6 +40,7 @@ pub(crate) struct LogSink {
     used: usize,
     dropped_lines: u64,
     dropped_bytes: u64,
+    dropped_bytes_total: u64,
     partial: [Vec<u8>; 2],
     /// The call's last stderr lines, to explain a trap (a panic message).
     recent_stderr: Vec<String>,
@@ -48,7 +49,7 @@ pub(crate) struct LogSink {
 
 impl LogSink {
     pub(crate) fn new(plugin: Arc<str>, budget: usize, observer: Option<LogObserver>) -> Self {
-        Self { plugin, budget, used: 0, dropped_lines: 0, dropped_bytes: 0, partial: [Vec::new(), Vec::new()], recent_stderr: Vec::new(), observer }
+        Self { plugin, budget, used: 0, dropped_lines: 0, dropped_bytes: 0, dropped_bytes_total: 0, partial: [Vec::new(), Vec::new()], recent_stderr: Vec::new(), observer }
     }
 
     /// Starts a call: the budget is per call.
@@ -75,10 +76,16 @@ impl LogSink {
                 log.budget_bytes = self.budget,
                 "plugin log output over its per-call budget was dropped"
             );
+            self.dropped_bytes_total += self.dropped_bytes;
             self.dropped_lines = 0;
             self.dropped_bytes = 0;
         }
         panic_message(&std::mem::take(&mut self.recent_stderr))
+    }
+
+    /// Bytes dropped over the budget in the calls that have ended.
+    pub(crate) fn dropped_bytes_total(&self) -> u64 {
+        self.dropped_bytes_total
     }
 
     /// Writes one line from the `log` import.
