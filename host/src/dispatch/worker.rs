@@ -379,7 +379,7 @@ mod tests {
             let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
             queue.push(Item::Event { source: 0, event: crate::plugin::Event::Add { obj, initial: false } });
         }
-        let worker = PluginWorker::start(instance, queue, sources, Arc::default(), None, None);
+        let worker = PluginWorker::start(instance, queue, sources, Arc::default(), None, None, crate::metrics::Metrics::new().plugin("slow-rec"));
 
         // Five 300 ms calls cannot be delivered within 50 ms.
         let captured = Captured::default();
