@@ -194,7 +194,7 @@ fn assert_hostile_guest_is_contained(folder: &str, exception: &str) {
     let wasm = built(folder);
     // A generous deadline for the calls that are not stopped by it: an interpreter's first call
     // warms its caches, and 20,000 log calls are what is tested, not speed.
-    let limits = Limits { deadline: Duration::from_millis(1500), memory_bytes: 48 << 20, log_bytes_per_call: 4096 };
+    let limits = Limits { deadline: Duration::from_millis(1500), memory_bytes: 48 << 20, log_bytes_per_call: 4096, ..Default::default() };
     let mut plugin = Running::start(&wasm, limits);
     plugin.add("fine-1").unwrap();
     plugin.add("fine-2").unwrap();
