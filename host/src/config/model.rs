@@ -266,7 +266,8 @@ pub struct PluginConfig {
     /// turns it off. Default: `host.defaultResync`.
     #[serde(default, with = "humantime_serde")]
     pub resync: Option<Duration>,
-    /// `limits:` — `deadline`, `memoryBytes`, `logBytesPerCall`.
+    /// `limits:` — `deadline`, `memoryBytes`, `logBytesPerCall`, and for writes `writesPerCall`,
+    /// `manifestBytes`, `writeQps`, `writeBurst`, `writeTimeout`.
     #[serde(default)]
     pub limits: Limits,
     /// `maxQueuedEvents: 10000` — past this backlog, consecutive updates of one object are
