@@ -477,8 +477,22 @@ async fn resource(
                 }
                 _ => Vec::new(),
             };
-            let existed = store.get(&key(name)).is_ok();
-            let patched = store.patch(&key(name), &patch, part)?;
+            let existing = store.get(&key(name)).ok();
+            let existed = existing.is_some();
+            let patched = match (&patch, existing) {
+                // Server-side apply merges lists by their schema's keys.
+                (Patch::Apply(applied), Some(live)) if part == Part::Main => {
+                    match openapi::schema_of(&store.registry(), &crds(store)?, &ty, &path.version) {
+                        Some((schema, schemas)) => {
+                            let mut merged = Value::clone(&live);
+                            openapi::apply_merge(&schema, &schemas, &mut merged, applied);
+                            store.replace(&key(name), merged, part)?
+                        }
+                        None => store.patch(&key(name), &patch, part)?,
+                    }
+                }
+                _ => store.patch(&key(name), &patch, part)?,
+            };
             let code = if existed {
                 StatusCode::OK
             } else {

@@ -404,3 +404,122 @@ fn walk_fields(
         _ => {}
     }
 }
+
+/// Server-side apply's merge of an applied configuration into the live object, by the schema:
+/// lists with `x-kubernetes-list-type: map` merge their items by `x-kubernetes-list-map-keys`,
+/// `set` lists take the union, other lists and scalars are replaced, objects merge field by field
+/// (`null` removes). There is no field ownership: nothing the applier stopped applying is removed.
+pub(crate) fn apply_merge(schema: &Value, schemas: &Value, target: &mut Value, applied: &Value) {
+    let schema = resolve(schema, schemas);
+    match applied {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let properties = schema["properties"].as_object();
+            let additional = &schema["additionalProperties"];
+            let object = target.as_object_mut().expect("made an object above");
+            for (key, value) in fields {
+                if value.is_null() {
+                    object.remove(key);
+                    continue;
+                }
+                let child_schema = properties
+                    .and_then(|p| p.get(key))
+                    .or_else(|| additional.is_object().then_some(additional))
+                    .unwrap_or(&Value::Null);
+                let slot = object.entry(key.clone()).or_insert(Value::Null);
+                apply_merge(child_schema, schemas, slot, value);
+            }
+        }
+        Value::Array(items) => {
+            let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let list_type = schema["x-kubernetes-list-type"].as_str();
+            let Some(current) = target.as_array_mut() else {
+                *target = applied.clone();
+                return;
+            };
+            match list_type {
+                Some("map") if !keys.is_empty() => {
+                    let item_schema = &schema["items"];
+                    for item in items {
+                        let same = |existing: &Value| keys.iter().all(|k| existing[*k] == item[*k]);
+                        match current.iter_mut().find(|existing| same(existing)) {
+                            Some(existing) => apply_merge(item_schema, schemas, existing, item),
+                            None => current.push(item.clone()),
+                        }
+                    }
+                }
+                Some("set") => {
+                    for item in items {
+                        if !current.contains(item) {
+                            current.push(item.clone());
+                        }
+                    }
+                }
+                _ => *target = applied.clone(),
+            }
+        }
+        _ => *target = applied.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment_schema() -> (Value, Cow<'static, Value>) {
+        let registry = Registry::builtin();
+        let ty = registry
+            .get(&crate::resources::ResourceId::new("apps", "deployments"))
+            .unwrap();
+        schema_of(&registry, &[], ty, "v1").expect("the captured apps/v1 document has Deployment")
+    }
+
+    #[test]
+    fn apply_merges_lists_by_their_map_keys() {
+        let (schema, schemas) = deployment_schema();
+        let mut live = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "app:1", "ports": [{"containerPort": 80, "protocol": "TCP"}]},
+            {"name": "sidecar", "image": "side:1"}
+        ]}}}});
+        let applied = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "app:2", "ports": [{"containerPort": 443, "protocol": "TCP"}]}
+        ]}}}});
+        apply_merge(&schema, &schemas, &mut live, &applied);
+        let containers = &live["spec"]["template"]["spec"]["containers"];
+        assert_eq!(containers[0]["image"], "app:2");
+        assert_eq!(
+            containers[0]["ports"],
+            json!([{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 443, "protocol": "TCP"}]),
+            "ports merge by (containerPort, protocol)"
+        );
+        assert_eq!(
+            containers[1]["name"], "sidecar",
+            "items the applier did not name stay"
+        );
+    }
+
+    #[test]
+    fn atomic_lists_are_replaced_and_unknown_fields_found() {
+        let (schema, schemas) = deployment_schema();
+        let mut live = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "args": ["x", "y"]}]}}}});
+        let applied =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "args": ["z"]}]}}}});
+        apply_merge(&schema, &schemas, &mut live, &applied);
+        assert_eq!(
+            live["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["z"])
+        );
+        let typo = json!({"spec": {"replica": 2, "template": {"spec": {"containers": [{"name": "a", "imagee": "x"}]}}}});
+        assert_eq!(
+            unknown_fields(&schema, &schemas, &typo),
+            ["spec.replica", "spec.template.spec.containers[0].imagee"]
+        );
+    }
+}

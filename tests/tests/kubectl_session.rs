@@ -131,6 +131,10 @@ async fn session(k: &Kubectl, server: Server) -> Value {
     assert_eq!(web["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
     assert!(k.ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"]).await.contains("service/web created"));
     assert_eq!(k.ok(&["get", "service", "web", "-o", "jsonpath={.spec.ports[0].targetPort}"]).await, "8080");
+    // Server-side apply by a second manager merges `ports` by its keys (port, protocol).
+    let https = k.file("https.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports: [{name: https, port: 443, protocol: TCP, targetPort: 8443}]\n");
+    assert!(k.ok(&["apply", "--server-side", "--field-manager=tls", "-f", &https]).await.contains("service/web serverside-applied"));
+    assert_eq!(k.ok(&["get", "service", "web", "-o", "jsonpath={.spec.ports[*].port}"]).await, "80 443");
 
     // apply validates by default: the server's strict field validation names the typo.
     let bad = k.file("bad.yaml", BAD_DEPLOYMENT);

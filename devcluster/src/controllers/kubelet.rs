@@ -92,7 +92,9 @@ fn node_ip(node: &Value) -> String {
 /// A pod IP in the Node's pod CIDR, derived from the pod's uid.
 fn pod_ip(node: &Value, pod: &Value) -> String {
     let cidr = node["spec"]["podCIDR"].as_str().unwrap_or("10.244.0.0/24");
-    let prefix = cidr.rsplitn(2, '.').nth(1).unwrap_or("10.244.0");
+    let prefix = cidr
+        .rsplit_once('.')
+        .map_or("10.244.0", |(network, _)| network);
     let host = meta(pod, "uid")
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
