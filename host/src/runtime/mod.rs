@@ -110,8 +110,9 @@ struct Wiring {
 impl Runtime {
     /// Starts every configured plugin. A plugin that fails to start is logged and reported in
     /// [`Runtime::statuses`]; the others run.
-    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, options: RuntimeOptions) -> Arc<Self> {
+    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, mut options: RuntimeOptions) -> Arc<Self> {
         let plugins = config.plugins.clone();
+        options.watch.max_object_bytes = config.host.max_object_bytes;
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory: InformerFactory::new(client.clone(), options.watch),
