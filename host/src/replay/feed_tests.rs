@@ -71,3 +71,9 @@ fn impossible_steps_are_refused_before_anything_runs_with_index_and_line() {
     let nameless = "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {namespace: x}}\n";
     assert_eq!(refused(nameless), "events[0] (line 2): object cannot be cached");
 }
+
+#[test]
+fn a_json_script_is_a_script() {
+    let script = r#"{"initial": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "x"}}], "events": [{"update": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "x"}}}]}"#;
+    assert_eq!(deliveries(script), ["add Pod a@1 initial", "update Pod a 1->2"]);
+}

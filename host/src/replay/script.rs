@@ -371,3 +371,7 @@ events:
         assert_eq!(no_kind.to_string(), "events[0]: object needs apiVersion and kind");
     }
 }
+
+#[cfg(test)]
+#[path = "script_props.rs"]
+mod props;
