@@ -6,6 +6,7 @@
 //! POST /wasmformer-dev/faults/compact
 //! POST /wasmformer-dev/faults/fail-next?count=3&code=500|429[&verb=list][&resource=pods]
 //! POST /wasmformer-dev/faults/delay-next?count=3&ms=200[&verb=watch][&resource=pods]
+//! POST /wasmformer-dev/faults/watch-line?line=RAW[&resource=pods]
 //! POST /wasmformer-dev/faults/pause
 //! POST /wasmformer-dev/faults/resume
 //! POST /wasmformer-dev/faults/clear
@@ -88,6 +89,12 @@ pub(crate) async fn handle(
                     let delay = Duration::from_millis(number(query, "ms", 1000)?);
                     let count = u32::try_from(number(query, "count", 1)?).unwrap_or(u32::MAX);
                     faults.delay_next_matching(filter(query)?, count, delay);
+                }
+                "watch-line" => {
+                    let line = query
+                        .get("line")
+                        .ok_or_else(|| ApiStatus::bad_request("watch-line needs line=RAW"))?;
+                    faults.send_watch_line(filter(query)?.verb(Verb::Watch), line);
                 }
                 _ => return Err(ApiStatus::unknown_path()),
             }

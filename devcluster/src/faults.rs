@@ -1,5 +1,6 @@
 //! Fault injection: close every open watch, compact the history (older watches and continue
-//! tokens get 410), fail, delay or strip parameters from the next N matching requests, report
+//! tokens get 410), fail, delay or strip parameters from the next N matching requests, send a raw
+//! line in a watch stream (an object of another kind, a truncated event, a huge object), report
 //! another Kubernetes version, and pause the server. Tests use the [`Faults`] handle;
 //! `wasmformer dev` users use the `/wasmformer-dev/faults/...` endpoints.
 
@@ -193,10 +194,20 @@ pub struct Faults {
     inner: Arc<Inner>,
 }
 
+/// A line a matching watch stream sends as it is.
+#[derive(Clone, Debug)]
+struct WatchLine {
+    filter: RequestFilter,
+    line: Vec<u8>,
+}
+
 #[derive(Debug)]
 struct Inner {
     store: Store,
     close: watch::Sender<u64>,
+    /// Raw lines waiting for a watch stream, and a counter that wakes open streams.
+    watch_lines: Mutex<Vec<WatchLine>>,
+    lines_added: watch::Sender<u64>,
     paused: watch::Sender<bool>,
     rules: Mutex<Vec<Rule>>,
     /// `(major, minor)` for `/version` instead of [`KUBERNETES_VERSION`].
@@ -210,6 +221,8 @@ impl Faults {
             inner: Arc::new(Inner {
                 store,
                 close: watch::channel(0).0,
+                watch_lines: Mutex::new(Vec::new()),
+                lines_added: watch::channel(0).0,
                 paused: watch::channel(false).0,
                 rules: Mutex::new(Vec::new()),
                 reported_version: Mutex::new(None),
@@ -256,6 +269,36 @@ impl Faults {
         self.add(filter, count, Action::IgnoreParams(params));
     }
 
+    /// Makes the first watch stream matching `filter` (an open one, or the next one opened)
+    /// send `line` as its next line, exactly as given plus a newline: what a broken or hostile
+    /// server sends, such as an object of another kind, a truncated event or a huge object.
+    /// Each call sends the line once, in one stream.
+    pub fn send_watch_line(&self, filter: RequestFilter, line: impl Into<Vec<u8>>) {
+        let mut line = line.into();
+        line.push(b'\n');
+        self.watch_lines_guard().push(WatchLine { filter, line });
+        self.inner.lines_added.send_modify(|added| *added += 1);
+    }
+
+    /// Takes the first raw line waiting for a watch stream that `record` started.
+    pub(crate) fn take_watch_line(&self, record: &RequestRecord) -> Option<Vec<u8>> {
+        let mut lines = self.watch_lines_guard();
+        let index = lines.iter().position(|l| l.filter.matches(record))?;
+        Some(lines.remove(index).line)
+    }
+
+    /// Changes when a raw line is queued for watch streams.
+    pub(crate) fn watch_lines_added(&self) -> watch::Receiver<u64> {
+        self.inner.lines_added.subscribe()
+    }
+
+    fn watch_lines_guard(&self) -> std::sync::MutexGuard<'_, Vec<WatchLine>> {
+        self.inner
+            .watch_lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Makes `/version` report `major.minor` (`"1"`, `"31"`) until [`Faults::clear`]: to clients
     /// that choose by version, a server of that version. What is served does not change.
     pub fn report_version(&self, major: impl Into<String>, minor: impl Into<String>) {
@@ -285,9 +328,11 @@ impl Faults {
         *self.inner.paused.borrow()
     }
 
-    /// Forgets pending fail/delay/ignore rules and a reported version, and resumes.
+    /// Forgets pending fail/delay/ignore rules, unsent watch lines and a reported version, and
+    /// resumes.
     pub fn clear(&self) {
         self.rules().clear();
+        self.watch_lines_guard().clear();
         *self.version_guard() = None;
         self.resume();
     }
@@ -575,6 +620,48 @@ mod tests {
         assert_eq!(faults.reported_version(), ("1".to_owned(), "31".to_owned()));
         faults.clear();
         assert_eq!(faults.reported_version(), default());
+    }
+
+    /// A raw line reaches the first matching watch as it is, once.
+    #[tokio::test]
+    async fn a_watch_stream_sends_an_injected_line_as_it_is() {
+        use futures::StreamExt;
+        use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
+        use kube::discovery::ApiResource;
+
+        let dev = crate::DevCluster::start(crate::DevClusterConfig::default())
+            .await
+            .unwrap();
+        let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(dev.client().unwrap(), "default", &pods);
+        let line = json!({"type": "ADDED", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "intruder", "namespace": "default", "resourceVersion": "7"}}});
+        dev.faults().send_watch_line(
+            RequestFilter::default()
+                .verb(Verb::Watch)
+                .resource("configmaps"),
+            "not for pods",
+        );
+        dev.faults().send_watch_line(
+            RequestFilter::default().verb(Verb::Watch).resource("pods"),
+            line.to_string(),
+        );
+        let rv = dev.store().resource_version().to_string();
+        let mut events = api
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .unwrap();
+        let Some(Ok(WatchEvent::Added(object))) = first else {
+            panic!("expected the injected ADDED event, got {first:?}");
+        };
+        assert_eq!(object.types.unwrap().kind, "ConfigMap");
+        assert_eq!(object.metadata.name.as_deref(), Some("intruder"));
+        dev.faults().clear();
+        dev.shutdown().await.unwrap();
     }
 
     /// The faults above, through the HTTP server and a kube client.

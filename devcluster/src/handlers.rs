@@ -157,7 +157,7 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
             .ok_or_else(ApiStatus::unknown_path),
         Route::Resource(path) => match registry.resolve(&path.group, &path.version, &path.resource)
         {
-            Some(ty) => resource(&app, &parts, body, &query, &path, ty, record.verb).await,
+            Some(ty) => resource(&app, &parts, body, &query, &path, ty, &record).await,
             None => Err(ApiStatus::unknown_path()),
         },
     };
@@ -395,8 +395,9 @@ async fn resource(
     query: &Query,
     path: &ResourcePath,
     ty: Arc<ResourceType>,
-    verb: Verb,
+    record: &RequestRecord,
 ) -> Result<Response, ApiStatus> {
+    let verb = record.verb;
     if path.namespace.is_some() && !ty.namespaced {
         return Err(ApiStatus::unknown_path());
     }
@@ -448,6 +449,7 @@ async fn resource(
                 view,
                 bookmark_interval: app.bookmark_interval,
                 faults: app.faults.clone(),
+                record: record.clone(),
                 ty,
             })
             .await

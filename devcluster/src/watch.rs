@@ -22,6 +22,7 @@ use tokio::{sync::watch, time::Instant};
 use crate::{
     faults::Faults,
     list::{self, ListOptions, Selection},
+    request_log::RequestRecord,
     resources::ResourceType,
     status::ApiStatus,
     store::{EventKind, PageRequest, Store, StoredEvent},
@@ -65,6 +66,8 @@ pub(crate) struct WatchSetup {
     pub view: View,
     pub bookmark_interval: Duration,
     pub faults: Faults,
+    /// The request, for the faults that match watch streams.
+    pub record: RequestRecord,
 }
 
 #[derive(Serialize)]
@@ -77,6 +80,8 @@ struct Line<'a> {
 struct WatchStream {
     setup: WatchSetup,
     closer: watch::Receiver<u64>,
+    /// Changes when a raw line is queued (fault injection).
+    lines_added: watch::Receiver<u64>,
     api_version: String,
     latest: watch::Receiver<u64>,
     cursor: u64,
@@ -123,6 +128,7 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
         next_bookmark: now + setup.bookmark_interval,
         end_marker: start == Start::Snapshot { end_marker: true },
         closer: setup.faults.watch_closer(),
+        lines_added: setup.faults.watch_lines_added(),
         setup,
         latest,
         cursor,
@@ -224,6 +230,10 @@ impl WatchStream {
                 self.end_marker = false;
                 return Some(self.bookmark(true));
             }
+            self.lines_added.borrow_and_update();
+            if let Some(line) = self.setup.faults.take_watch_line(&self.setup.record) {
+                return Some(line.into());
+            }
             self.latest.borrow_and_update();
             let before = self.cursor;
             match self
@@ -275,6 +285,7 @@ impl WatchStream {
             tokio::select! {
                 changed = self.latest.changed() => if changed.is_err() { self.done = true; return None },
                 _ = self.closer.changed() => { self.done = true; return None },
+                _ = self.lines_added.changed() => {},
                 () = tokio::time::sleep_until(self.deadline) => { self.done = true; return None },
                 () = tokio::time::sleep_until(self.next_bookmark), if bookmarks => {
                     self.next_bookmark = Instant::now() + self.setup.bookmark_interval;

@@ -42,6 +42,23 @@ fn replay_exits_one_when_a_call_fails_and_names_the_cause() {
 }
 
 #[test]
+fn replay_marks_initial_adds_and_refuses_an_impossible_script_before_the_plugin_starts() {
+    let out = wasmformer(&["replay", "--plugin", guests::POD_LOGGER, "--events", &example("pod-logger")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout.contains("add    Pod shop/web-0 (rv 1, initial) ok"), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("events.yaml");
+    let pod = "{apiVersion: v1, kind: Pod, metadata: {name: a, namespace: x}}";
+    std::fs::write(&script, format!("events:\n  - add: {pod}\n  - delete: {pod}\n  - delete: {pod}\n")).unwrap();
+    let out = wasmformer(&["replay", "--plugin", guests::POD_LOGGER, "--events", script.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("events[2] (line 4): delete of Pod x/a, which is not in the cache at this point"), "{}", text(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("init"), "nothing ran: {}", text(&out));
+}
+
+#[test]
 fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
     let dir = tempfile::tempdir().unwrap();
     let bogus = dir.path().join("bogus.wasm");

@@ -13,7 +13,7 @@ mod store;
 
 pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
 pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
-pub use selector::{LabelSelector, SelectorError};
+pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use store::{Store, UnknownIndex};
 
 use std::sync::Arc;

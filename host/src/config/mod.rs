@@ -56,3 +56,6 @@ impl HostConfig {
         self.plugins.iter().find(|p| p.name.as_str() == name)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod props;

@@ -44,6 +44,10 @@ pub struct HostSettings {
     pub shutdown_timeout: Duration,
     /// `watchConfig: true` — reload when the config file or a plugin's wasm file changes.
     pub watch_config: bool,
+    /// `maxObjectBytes: 2097152` — the largest object an informer accepts (its JSON, in bytes);
+    /// a larger one is rejected with an error naming it, never cached or handed to a plugin.
+    /// Read at start.
+    pub max_object_bytes: usize,
 }
 
 impl Default for HostSettings {
@@ -55,6 +59,7 @@ impl Default for HostSettings {
             admin_token_file: None,
             shutdown_timeout: Duration::from_secs(10),
             watch_config: true,
+            max_object_bytes: 2 << 20,
         }
     }
 }

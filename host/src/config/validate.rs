@@ -245,17 +245,7 @@ fn check_kind(at: &str, kind: &KindRef, problems: &mut Vec<Problem>) {
 
 /// Field selectors: comma-separated `field=value`, `field==value` or `field!=value`.
 fn check_field_selector(selector: &str) -> Result<(), String> {
-    for requirement in selector.split(',') {
-        let (field, value) = requirement
-            .split_once("!=")
-            .or_else(|| requirement.split_once("=="))
-            .or_else(|| requirement.split_once('='))
-            .ok_or_else(|| format!("invalid field selector {selector:?}: {requirement:?} is not field=value or field!=value"))?;
-        if field.trim().is_empty() || value.contains('=') {
-            return Err(format!("invalid field selector {selector:?}: {requirement:?} is not field=value or field!=value"));
-        }
-    }
-    Ok(())
+    selector.parse::<crate::cache::FieldSelector>().map(drop).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::runtime::watcher::Event;
 use serde_json::Value;
@@ -116,7 +117,16 @@ pub struct Reflector {
     store: Arc<Store>,
     relist: Option<Relist>,
     synced: bool,
+    /// The `apiVersion` and `kind` every object must have (unset: any).
+    expected: Option<(String, String)>,
+    max_object_bytes: usize,
+    /// When an object of another kind was last logged, and how many were not logged since.
+    mismatch_logged: Option<Instant>,
+    mismatch_unlogged: u64,
 }
+
+/// How often an informer logs objects of another kind (each is counted).
+const MISMATCH_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Key, uid and resourceVersion of an object's JSON, read without caching it.
 fn identity(value: &Value) -> Option<(ObjectKey, &str, &str)> {
@@ -133,7 +143,31 @@ fn same_version(stored: &CachedObject, uid: &str, resource_version: &str) -> boo
 impl Reflector {
     /// A reflector writing into `store`, which should be empty.
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store, relist: None, synced: false }
+        Self {
+            store,
+            relist: None,
+            synced: false,
+            expected: None,
+            max_object_bytes: usize::MAX,
+            mismatch_logged: None,
+            mismatch_unlogged: 0,
+        }
+    }
+
+    /// Refuses objects whose `apiVersion` or `kind` is not this one (a broken or hostile
+    /// server's stream), as client-go refuses an unexpected watch event object type. Objects
+    /// without them (LIST items) are taken to be of the expected kind.
+    #[must_use]
+    pub fn expecting(mut self, api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        self.expected = Some((api_version.into(), kind.into()));
+        self
+    }
+
+    /// Refuses objects whose compact JSON is longer than `bytes`.
+    #[must_use]
+    pub fn max_object_bytes(mut self, bytes: usize) -> Self {
+        self.max_object_bytes = bytes;
+        self
     }
 
     /// The store this reflector writes.
@@ -194,6 +228,16 @@ impl Reflector {
 
     fn admit(&self, value: Value) -> Option<Arc<CachedObject>> {
         match self.store.admit(value) {
+            Ok(obj) if obj.body().len() > self.max_object_bytes => {
+                tracing::error!(
+                    gvk = %self.store.gvk(),
+                    object.ref = %obj.key(),
+                    object.bytes = obj.body().len(),
+                    limit.bytes = self.max_object_bytes,
+                    "object larger than host.maxObjectBytes rejected"
+                );
+                None
+            }
             Ok(obj) => Some(obj),
             Err(error) => {
                 tracing::warn!(gvk = %self.store.gvk(), error = &error as &dyn std::error::Error, "object rejected");
@@ -202,7 +246,35 @@ impl Reflector {
         }
     }
 
+    /// Whether `value` is of the expected kind; logs one refusal a minute.
+    fn of_expected_kind(&mut self, value: &Value) -> bool {
+        let Some((api_version, kind)) = &self.expected else { return true };
+        let field = |name: &str| value.get(name).and_then(Value::as_str);
+        let matches = |got: Option<&str>, want: &str| got.is_none_or(|got| got == want);
+        if matches(field("apiVersion"), api_version) && matches(field("kind"), kind) {
+            return true;
+        }
+        if self.mismatch_logged.is_none_or(|at| at.elapsed() >= MISMATCH_LOG_INTERVAL) {
+            let key = identity(value).map(|(key, _, _)| key.to_string()).unwrap_or_default();
+            tracing::warn!(
+                expected = %format!("{api_version} {kind}"),
+                got = %format!("{} {}", field("apiVersion").unwrap_or("?"), field("kind").unwrap_or("?")),
+                object.ref = %key,
+                unlogged = self.mismatch_unlogged,
+                "watch event object of another kind rejected"
+            );
+            self.mismatch_logged = Some(Instant::now());
+            self.mismatch_unlogged = 0;
+        } else {
+            self.mismatch_unlogged += 1;
+        }
+        false
+    }
+
     fn list_one(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        if !self.of_expected_kind(&value) {
+            return 1;
+        }
         let Some(relist) = &mut self.relist else {
             // kube sends InitApply only after Init; treat a stray one as a live change.
             return self.apply_live(value, emit);
@@ -254,6 +326,9 @@ impl Reflector {
     }
 
     fn apply_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        if !self.of_expected_kind(&value) {
+            return 1;
+        }
         if let Some((key, uid, rv)) = identity(&value)
             && self.store.get(&key.namespace, &key.name).is_some_and(|stored| same_version(&stored, uid, rv))
         {
@@ -272,6 +347,9 @@ impl Reflector {
     }
 
     fn delete_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+        if !self.of_expected_kind(&value) {
+            return 1;
+        }
         let Some((key, _, _)) = identity(&value) else {
             return usize::from(self.admit(value).is_none());
         };
@@ -294,3 +372,7 @@ impl Reflector {
 #[cfg(test)]
 #[path = "delta_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "delta_props.rs"]
+mod props;

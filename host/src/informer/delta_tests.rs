@@ -269,3 +269,39 @@ fn replacing_the_store_keeps_content_and_adds_indexes() {
     assert_eq!(names(r.store().by_index("by-node", "n3").unwrap()), ["b@2"]);
     assert_eq!(names(r.store().by_index("by-uid", "uid-b").unwrap()), ["b@2"]);
 }
+
+#[test]
+fn objects_of_another_kind_are_refused_listed_watched_or_deleted() {
+    let mut r = Reflector::new(store()).expecting("v1", "Pod");
+    let config_map = |name: &str, rv: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default", "name": name, "uid": "u", "resourceVersion": rv}})
+    };
+    let mut deltas = Vec::new();
+    let mut rejected = 0;
+    let listed = [Event::Init, Event::InitApply(config_map("cm", "1")), Event::InitApply(dynamic_value(pod("a", "1", "n1"), &pods())), Event::InitDone];
+    for event in listed {
+        rejected += r.apply(event, &mut |d| deltas.push(render(&d)));
+    }
+    assert_eq!((deltas, rejected), (vec!["add a@1 initial".to_owned(), "synced".to_owned()], 1));
+    let mut other_pod = dynamic_value(pod("b", "2", "n1"), &pods());
+    other_pod["apiVersion"] = json!("v2");
+    for event in [Event::Apply(config_map("cm", "2")), Event::Apply(other_pod), Event::Delete(config_map("a", "3"))] {
+        assert_eq!(r.apply(event, &mut |d| panic!("no delta expected, got {d:?}")), 1);
+    }
+    assert_eq!(names(r.store().snapshot()), ["a@1"], "a delete of another kind does not remove the pod of that name");
+}
+
+#[test]
+fn objects_over_the_size_bound_are_refused_listed_or_watched() {
+    let mut r = Reflector::new(store()).max_object_bytes(400);
+    let big = |name: &str, rv: &str| {
+        let mut pod = pod(name, rv, "n1");
+        pod.data["spec"]["containers"] = json!([{"name": "main", "image": "x".repeat(400)}]);
+        pod
+    };
+    let deltas = run(&mut r, vec![Event::Init, Event::InitApply(big("a", "1")), Event::InitApply(pod("b", "1", "n1")), Event::InitDone]);
+    assert_eq!(deltas, ["add b@1 initial", "synced"]);
+    let deltas = run(&mut r, vec![Event::Apply(big("b", "2")), Event::Apply(pod("c", "3", "n1"))]);
+    assert_eq!(deltas, ["add c@3"], "the stored b stays as it was");
+    assert_eq!(names(r.store().snapshot()), ["b@1", "c@3"]);
+}

@@ -440,3 +440,90 @@ async fn metadata_only_informers_ask_for_and_cache_partial_object_metadata() {
     let accept = lists[0].accept.as_deref().unwrap_or("");
     assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
 }
+
+/// A watch event line for `object`.
+fn event_line(kind: &str, object: Value) -> String {
+    json!({"type": kind, "object": object}).to_string()
+}
+
+#[tokio::test]
+async fn a_broken_watch_stream_never_reaches_the_cache() {
+    for strategy in STRATEGIES {
+        let dev = dev_cluster().await;
+        let a = create_pod(&dev, "a", "web", "n1");
+        let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
+        let recorder = Arc::new(Recorder::default());
+        let sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        recorder.wait_for("synced").await;
+        let informer = sub.informer().clone();
+        let watches = RequestFilter::default().verb(Verb::Watch).resource("pods");
+
+        // A ConfigMap inside the Pod watch: refused, counted, the stream goes on.
+        let intruder = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "intruder", "namespace": "default", "uid": "u-intruder", "resourceVersion": "100000"}});
+        dev.faults().send_watch_line(watches.clone(), event_line("ADDED", intruder));
+        let b = create_pod(&dev, "b", "web", "n1");
+        recorder.wait_for(&format!("add b@{b}")).await;
+        assert_eq!((informer.status().rejected, informer.status().undecodable), (1, 0), "{strategy:?}");
+        assert!(informer.store().get("default", "intruder").is_none(), "{strategy:?}");
+
+        // A truncated event: counted, and the watch restarts from the last resourceVersion.
+        let log = dev.request_log();
+        let before = log.last_seq();
+        dev.faults().send_watch_line(watches.clone(), r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"cut""#);
+        let rewatch = bounded("the re-watch", log.wait_for(before, |r| r.is(Verb::Watch, "pods"))).await;
+        assert_eq!(rewatch.param("resourceVersion"), Some(b.as_str()), "{strategy:?}: resumed, not relisted: {rewatch:?}");
+        let c = create_pod(&dev, "c", "web", "n1");
+        recorder.wait_for(&format!("add c@{c}")).await;
+        assert_eq!((informer.status().rejected, informer.status().undecodable), (1, 1), "{strategy:?}");
+        assert!(informer.status().last_error.unwrap().message.starts_with("undecodable watch event"), "{strategy:?}");
+
+        // A 64 MiB object: dropped as it streams, named, counted; the stream goes on.
+        let huge = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "huge", "namespace": "default", "uid": "u-huge", "resourceVersion": "100001"},
+            "spec": {"containers": [{"name": "main", "image": "x".repeat(64 << 20)}]}});
+        dev.faults().send_watch_line(watches.clone(), event_line("ADDED", huge));
+        let d = create_pod(&dev, "d", "web", "n1");
+        let lines = recorder.wait_for(&format!("add d@{d}")).await;
+        let status = informer.status();
+        assert_eq!((status.rejected, status.undecodable), (2, 1), "{strategy:?}");
+        let message = status.last_error.unwrap().message;
+        assert!(message.starts_with("Pod default/huge: watch event of 6710"), "{strategy:?}: {message}");
+        assert!(message.ends_with("is over host.maxObjectBytes (2097152 bytes); not cached"), "{strategy:?}: {message}");
+
+        let expected = [format!("add a@{a}"), "synced".into(), format!("add b@{b}"), format!("add c@{c}"), format!("add d@{d}")];
+        assert_eq!(lines, expected, "{strategy:?}: plugins see none of it");
+        assert_eq!(informer.store().len(), 4, "{strategy:?}");
+        assert_eq!(initial_requests(&dev, strategy), 1, "{strategy:?}: no relist");
+    }
+}
+
+/// Where wasmformer differs from client-go on purpose (README, "Event semantics"): after a
+/// relist client-go calls OnUpdate with old == new for every unchanged object, and reports an
+/// object deleted and recreated while the watch was down as one OnUpdate.
+#[tokio::test]
+async fn across_a_relist_unchanged_objects_are_silent_and_a_recreated_one_is_a_tombstone_and_an_add() {
+    for strategy in STRATEGIES {
+        let dev = dev_cluster().await;
+        let [a, c] = ["a", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
+        let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
+        let recorder = Arc::new(Recorder::default());
+        let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        recorder.wait_for("synced").await;
+        let old_uid = subscription.informer().store().get("default", "c").unwrap().uid().to_owned();
+
+        let faults = dev.faults();
+        faults.pause();
+        faults.close_watches();
+        delete_pod(&dev, "c");
+        let recreated = create_pod(&dev, "c", "web", "n1");
+        faults.compact();
+        faults.resume();
+
+        let lines = recorder.wait_for(&format!("add c@{recreated}")).await;
+        let expected = [format!("add a@{a}"), format!("add c@{c}"), "synced".into(), format!("delete c@{c} unknown"), format!("add c@{recreated}")];
+        assert_eq!(lines, expected, "{strategy:?}: nothing for a; c is a tombstone and an add, not an update");
+        assert_eq!(subscription.informer().status().relists, 1, "{strategy:?}");
+        assert_ne!(subscription.informer().store().get("default", "c").unwrap().uid(), old_uid, "{strategy:?}");
+    }
+}

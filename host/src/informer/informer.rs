@@ -14,6 +14,7 @@
 //! The informer lives while a handle to it does: an [`Arc<Informer>`], a [`Subscription`] or a
 //! [`Lister`]. Dropping the last one aborts the task and frees the store.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::SystemTime;
 
@@ -25,7 +26,8 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use super::delta::{Delta, DeltaSink, Reflector};
-use super::watch::{ApiSource, EventStream, ListStrategy, WatchError};
+use super::guard::StreamHealth;
+use super::watch::{ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION, METADATA_KIND, WatchError};
 use super::{Error, InformerKey, Result, StoreOptions};
 use crate::cache::{CachedObject, Store};
 
@@ -55,8 +57,11 @@ pub struct InformerStatus {
     pub relists: u64,
     /// Watch failures.
     pub errors: u64,
-    /// Objects the store refused (no name, malformed labels).
+    /// Objects refused: of another kind than the informer's, over `host.maxObjectBytes`, or
+    /// not cacheable (no name, malformed labels).
     pub rejected: u64,
+    /// Watch events that could not be decoded (each restarted the watch).
+    pub undecodable: u64,
     /// The most recent failure; kept after recovery.
     pub last_error: Option<LastError>,
     /// How the initial content is fetched, once the watch has started (`List` or `Streaming`).
@@ -101,6 +106,8 @@ struct Core {
     /// The current store, for listers (replaced only when indexes are added).
     store: RwLock<Arc<Store>>,
     synced: tokio::sync::watch::Sender<bool>,
+    /// What the watch streams' guard refused.
+    health: Arc<StreamHealth>,
 }
 
 impl Core {
@@ -184,6 +191,20 @@ impl Source {
             Source::Stream(_) => None,
         }
     }
+
+    fn health(&self) -> Arc<StreamHealth> {
+        match self {
+            Source::Api(api) => api.health(),
+            Source::Stream(_) => Arc::default(),
+        }
+    }
+
+    fn max_object_bytes(&self) -> usize {
+        match self {
+            Source::Api(api) => api.max_object_bytes(),
+            Source::Stream(_) => DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
 }
 
 async fn run(core: Arc<Core>, mut source: Source) {
@@ -248,8 +269,14 @@ impl Informer {
         let mut merged = StoreOptions { indexes: Vec::new(), strip_managed_fields: options.strip_managed_fields };
         merged.merge(&key, &options)?;
         let store = Arc::new(Store::new(key.gvk(), merged.indexes.clone(), merged.strip_managed_fields));
+        let (api_version, kind) = if key.metadata_only {
+            (METADATA_API_VERSION.to_owned(), METADATA_KIND.to_owned())
+        } else {
+            (key.resource.api_version.clone(), key.resource.kind.clone())
+        };
+        let reflector = Reflector::new(store.clone()).expecting(api_version, kind).max_object_bytes(source.max_object_bytes());
         let fanout = Fanout {
-            reflector: Reflector::new(store.clone()),
+            reflector,
             options: merged,
             sinks: Vec::new(),
             next_id: 0,
@@ -266,6 +293,7 @@ impl Informer {
             fanout: Mutex::new(fanout),
             store: RwLock::new(store),
             synced: tokio::sync::watch::Sender::new(false),
+            health: source.health(),
         });
         let task = runtime.spawn(run(core.clone(), source).instrument(span)).abort_handle();
         Ok(Arc::new(Self { core, task, on_drop }))
@@ -302,9 +330,18 @@ impl Informer {
     /// What this informer has done so far.
     pub fn status(&self) -> InformerStatus {
         let fanout = self.core.lock();
+        let health = &self.core.health;
+        let guard_error = health.last_error.lock().expect("stream health lock poisoned").clone();
+        let last_error = match (fanout.status.last_error.clone(), guard_error) {
+            (Some(a), Some(b)) => Some(if b.at > a.at { b } else { a }),
+            (a, b) => a.or(b),
+        };
         InformerStatus {
             objects: fanout.reflector.store().len(),
             subscribers: fanout.sinks.len(),
+            rejected: fanout.status.rejected + health.too_large.load(Ordering::Relaxed),
+            undecodable: health.undecodable.load(Ordering::Relaxed),
+            last_error,
             ..fanout.status.clone()
         }
     }

@@ -14,12 +14,15 @@
 //! - [`watch`]: how the watcher is configured and started for an [`InformerKey`] (dynamic or
 //!   metadata-only objects, selectors pushed down, streaming list or paginated LIST) and how its
 //!   errors are explained ([`WatchError`]).
+//! - [`guard`]: what stands between a watch stream and kube's decoder: event lines over
+//!   `host.maxObjectBytes` are dropped and named, undecodable ones counted and the watch restarted.
 //! - [`factory`]: the [`InformerFactory`], which shares one informer among every subscriber of an
 //!   equal key and stops it when the last handle (subscription or lister) is gone.
 //! - [`spec`]: the [`InformerKey`] and the [`StoreOptions`] merged from every plugin.
 
 pub mod delta;
 pub mod factory;
+mod guard;
 #[allow(clippy::module_inception)]
 pub mod informer;
 pub mod spec;
@@ -29,7 +32,7 @@ pub use delta::{Delta, DeltaSink};
 pub use factory::InformerFactory;
 pub use informer::{DeltaCounts, Informer, InformerStatus, LastError, Lister, Subscription};
 pub use spec::{InformerKey, StoreOptions};
-pub use watch::{ListStrategy, WatchError, WatchSettings};
+pub use watch::{DEFAULT_MAX_OBJECT_BYTES, ListStrategy, WatchError, WatchSettings};
 
 /// Why an informer cannot be created or shared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

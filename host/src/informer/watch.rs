@@ -34,6 +34,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::InformerKey;
+use super::guard::{StreamHealth, guarded_client};
 
 /// How the initial content is fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -61,7 +62,13 @@ pub struct WatchSettings {
     /// How long a streaming list may take to deliver its initial events before the informer
     /// falls back to LIST.
     pub initial_events_timeout: Duration,
+    /// The largest object the informer accepts, in bytes (`host.maxObjectBytes`); larger ones
+    /// are rejected, never cached or delivered.
+    pub max_object_bytes: usize,
 }
+
+/// The default bound on one object: a little above the API server's 1.5 MiB request limit.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 2 << 20;
 
 impl Default for WatchSettings {
     fn default() -> Self {
@@ -70,6 +77,7 @@ impl Default for WatchSettings {
             list_strategy: ListStrategy::Auto,
             watch_timeout_secs: None,
             initial_events_timeout: Duration::from_secs(60),
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -95,6 +103,17 @@ pub enum WatchError {
     /// The resourceVersion fell out of the server's watch window (410 Gone): the watcher relists.
     #[error("watch of {resource} {} expired (410 Gone); relisting", scope(.namespace))]
     Expired {
+        /// The resource.
+        resource: String,
+        /// The namespace watched.
+        namespace: Option<String>,
+        /// The watcher's error.
+        #[source]
+        source: watcher::Error,
+    },
+    /// A watch event kube could not decode into an object (the watch is restarted).
+    #[error("undecodable watch event for {resource} {}; restarting the watch", scope(.namespace))]
+    Undecodable {
         /// The resource.
         resource: String,
         /// The namespace watched.
@@ -165,6 +184,7 @@ impl WatchError {
                 WatchError::Forbidden { verb, resource, namespace, user, source }
             }
             Some(410) => WatchError::Expired { resource, namespace, source },
+            _ if undecodable(&source) => WatchError::Undecodable { resource, namespace, source },
             _ => WatchError::Failed { verb, resource, namespace, source },
         }
     }
@@ -172,9 +192,10 @@ impl WatchError {
     /// The watcher's error this explains.
     pub fn watcher_error(&self) -> &watcher::Error {
         match self {
-            WatchError::Forbidden { source, .. } | WatchError::Expired { source, .. } | WatchError::Failed { source, .. } => {
-                source
-            }
+            WatchError::Forbidden { source, .. }
+            | WatchError::Expired { source, .. }
+            | WatchError::Undecodable { source, .. }
+            | WatchError::Failed { source, .. } => source,
         }
     }
 
@@ -187,6 +208,11 @@ impl WatchError {
             _ => crate::error_chain(self),
         }
     }
+}
+
+/// Whether `error` is a watch event kube could not decode.
+fn undecodable(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchFailed(kube::Error::SerdeError(_)))
 }
 
 /// Whether `error`, from a streaming list's watch, means the server does not accept streaming
@@ -220,14 +246,20 @@ pub fn dynamic_value(obj: DynamicObject, resource: &ApiResource) -> Value {
     value
 }
 
-/// An object's metadata as `PartialObjectMetadata` JSON, as client-go's metadata informer has it.
+/// An object's metadata as `PartialObjectMetadata` JSON, as client-go's metadata informer has it
+/// (`apiVersion` and `kind` as the server sent them, so another kind is seen and refused).
 pub fn metadata_value(obj: PartialObjectMeta<DynamicObject>) -> Value {
-    serde_json::json!({
-        "apiVersion": "meta.k8s.io/v1",
-        "kind": "PartialObjectMetadata",
-        "metadata": obj.metadata,
-    })
+    let (api_version, kind) = match obj.types {
+        Some(types) => (types.api_version, types.kind),
+        None => (METADATA_API_VERSION.to_owned(), METADATA_KIND.to_owned()),
+    };
+    serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": obj.metadata })
 }
+
+/// The `apiVersion` of metadata-only objects.
+pub const METADATA_API_VERSION: &str = "meta.k8s.io/v1";
+/// The `kind` of metadata-only objects.
+pub const METADATA_KIND: &str = "PartialObjectMetadata";
 
 /// The watcher configuration for `key`.
 pub(crate) fn watcher_config(key: &InformerKey, settings: &WatchSettings, streaming: bool) -> watcher::Config {
@@ -297,7 +329,9 @@ impl StreamingSupport {
 /// The watch of one key against a server: picks the list strategy, falls back from streaming to
 /// LIST, and never ends (kube's watcher recovers from every error).
 pub(crate) struct ApiSource {
+    /// The client, its watch responses guarded (see [`super::guard`]).
     client: Client,
+    health: Arc<StreamHealth>,
     key: InformerKey,
     settings: WatchSettings,
     support: Arc<StreamingSupport>,
@@ -310,7 +344,19 @@ pub(crate) struct ApiSource {
 
 impl ApiSource {
     pub(crate) fn new(client: Client, key: InformerKey, settings: WatchSettings, support: Arc<StreamingSupport>) -> Self {
-        Self { client, key, settings, support, stream: None, streaming: false, deadline: None }
+        let health = Arc::new(StreamHealth::default());
+        let client = guarded_client(client, settings.max_object_bytes, health.clone());
+        Self { client, health, key, settings, support, stream: None, streaming: false, deadline: None }
+    }
+
+    /// The bound on one object.
+    pub(crate) fn max_object_bytes(&self) -> usize {
+        self.settings.max_object_bytes
+    }
+
+    /// What the guard has refused in this source's watch streams.
+    pub(crate) fn health(&self) -> Arc<StreamHealth> {
+        self.health.clone()
     }
 
     /// The strategy in use (`List` or `Streaming`), once the watch has started.
@@ -367,6 +413,13 @@ impl ApiSource {
                 Err(error) if self.streaming && refuses_streaming(error) => {
                     self.fall_back("server refused sendInitialEvents");
                     continue;
+                }
+                Err(error) if undecodable(error) => {
+                    // kube skips the event and reads on; client-go restarts the watch. kube's
+                    // watcher cannot resume from its last resourceVersion on request, so it
+                    // starts over (a relist).
+                    self.health.record_undecodable(format!("undecodable watch event ({error}); watch restarted"));
+                    self.start(self.streaming);
                 }
                 _ => {}
             }

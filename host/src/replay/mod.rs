@@ -1,11 +1,14 @@
 //! `wasmformer replay`: runs one plugin against a scripted sequence of events, with no cluster.
 //!
 //! The script ([`Script`]) holds the objects in the cache before the first event, then adds,
-//! updates and deletes written as ordinary manifests. The cache is kept exactly as an informer
-//! would keep it (so lister calls inside handlers see each event's object), and every call's
-//! outcome is reported, with the writes it made: recorded in order, checked against the script's
-//! grants and the plugin's limits like a running host's, but never sent.
+//! updates and deletes written as ordinary manifests. [`Feed`] turns it into watch events and
+//! passes them through the informer's own [`Reflector`](crate::informer::delta::Reflector), one
+//! per kind, so the cache and the events delivered are the live informer's (lister calls inside
+//! handlers see each event's object); every call's outcome is reported. The whole script is
+//! checked ([`Script::check`]) before the plugin starts. Writes are recorded in order, checked
+//! against the script's grants and the plugin's limits like a running host's, but never sent.
 
+mod feed;
 mod script;
 
 use std::collections::HashMap;
@@ -13,9 +16,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use script::{KindRef, Script, ScriptError, Step};
+pub use feed::Feed;
+pub use script::{KindRef, Script, ScriptError, ScriptStep, Step};
 
-use crate::cache::{CachedObject, Gvk, ObjectKey, Store};
+use crate::cache::{Gvk, ObjectKey, Store};
 use crate::plugin::{CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess};
 use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
 
@@ -30,6 +34,8 @@ pub struct CallOutcome {
     pub key: ObjectKey,
     /// Its resourceVersion.
     pub resource_version: String,
+    /// An add of the initial list, or a delete inferred by a relist (`finalStateUnknown`).
+    pub marker: Option<&'static str>,
     /// How long the call took.
     pub elapsed: Duration,
     /// What the plugin logged during the call.
@@ -45,7 +51,11 @@ impl fmt::Display for CallOutcome {
         if self.event == "init" {
             write!(f, "init   ")?;
         } else {
-            write!(f, "{:<6} {} {} (rv {}) ", self.event, self.gvk.kind, self.key, self.resource_version)?;
+            write!(f, "{:<6} {} {} (rv {}", self.event, self.gvk.kind, self.key, self.resource_version)?;
+            match self.marker {
+                Some(marker) => write!(f, ", {marker}) ")?,
+                None => f.write_str(") ")?,
+            }
         }
         match &self.error {
             None => write!(f, "ok in {:?}", self.elapsed),
@@ -79,10 +89,10 @@ pub fn run(
     limits: Limits,
     mut report: impl FnMut(&CallOutcome),
 ) -> Result<Vec<CallOutcome>, ReplayError> {
-    let stores = script.stores()?;
+    let mut feed = Feed::new(script)?;
     let mut grants = Grants::none();
     for kind in script.readable_kinds() {
-        grants.grant(stores[&kind].clone());
+        grants.grant(feed.stores()[&kind].clone());
     }
     let recording = Recording::default();
     // Nothing is sent, so nothing is rate-limited: a replay runs as fast as the plugin.
@@ -103,6 +113,7 @@ pub fn run(
         gvk: Gvk::default(),
         key: ObjectKey::new("", ""),
         resource_version: String::new(),
+        marker: None,
         elapsed: started.elapsed(),
         logs: std::mem::take(&mut *lines.lock().expect("log lines")),
         writes: recording.take(),
@@ -112,15 +123,24 @@ pub fn run(
 
     let handled = script.handled_kinds();
     let mut outcomes = vec![init];
-    let mut deliver = |gvk: &Gvk, event: Event| {
+    while let Some((gvk, event)) = feed.next() {
+        if !handled.contains(&gvk) {
+            continue;
+        }
         let started = Instant::now();
-        let error = instance.handle(gvk, &event).err();
+        let error = instance.handle(&gvk, &event).err();
         let obj = event.object();
+        let marker = match event {
+            Event::Add { initial: true, .. } => Some("initial"),
+            Event::Delete { final_state_unknown: true, .. } => Some("final state unknown"),
+            _ => None,
+        };
         let outcome = CallOutcome {
             event: event.kind(),
             gvk: gvk.clone(),
             key: obj.key().clone(),
             resource_version: obj.resource_version().to_owned(),
+            marker,
             elapsed: started.elapsed(),
             logs: std::mem::take(&mut *lines.lock().expect("log lines")),
             writes: recording.take(),
@@ -128,43 +148,6 @@ pub fn run(
         };
         report(&outcome);
         outcomes.push(outcome);
-    };
-
-    // The initial list: into the cache first, then delivered as initial adds, like an informer.
-    let mut initial: Vec<(Gvk, Arc<CachedObject>)> = Vec::new();
-    for (gvk, value) in script.initial_objects()? {
-        let obj = stores[&gvk].admit(value).map_err(|e| ScriptError::object("initial", e))?;
-        stores[&gvk].upsert(obj.clone());
-        initial.push((gvk, obj));
-    }
-    for (gvk, obj) in initial {
-        if handled.contains(&gvk) {
-            deliver(&gvk, Event::Add { obj, initial: true });
-        }
-    }
-
-    for (gvk, step) in script.steps()? {
-        let store: &Arc<Store> = &stores[&gvk];
-        let event = match step {
-            Step::Add(value) => {
-                let obj = store.admit(value).map_err(|e| ScriptError::object("add", e))?;
-                store.upsert(obj.clone());
-                Event::Add { obj, initial: false }
-            }
-            Step::Update(value) => {
-                let new = store.admit(value).map_err(|e| ScriptError::object("update", e))?;
-                let old = store.upsert(new.clone()).ok_or_else(|| ScriptError::UpdateOfUnknown(new.key().to_string()))?;
-                Event::Update { old, new }
-            }
-            Step::Delete { value, final_state_unknown } => {
-                let key = store.admit(value).map_err(|e| ScriptError::object("delete", e))?.key().clone();
-                let obj = store.remove(&key).ok_or_else(|| ScriptError::DeleteOfUnknown(key.to_string()))?;
-                Event::Delete { obj, final_state_unknown }
-            }
-        };
-        if handled.contains(&gvk) {
-            deliver(&gvk, event);
-        }
     }
     Ok(outcomes)
 }

@@ -21,6 +21,10 @@
 //!
 //! Objects without `metadata.resourceVersion` get increasing ones in script order, and objects
 //! without `metadata.uid` get `uid-<namespace>-<name>`, so updates keep their uid.
+//!
+//! [`Script::check`] refuses, before anything runs, what no informer could deliver: a delete or
+//! update of an object that is not in the cache at that point, an add of one that is (same uid),
+//! an object that cannot be cached; each with the event's index and line.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -29,8 +33,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use serde_saphyr::Spanned;
+
 use super::Stores;
-use crate::cache::{FieldPath, Gvk, IndexSpec, ObjectError, Store};
+use crate::cache::{FieldPath, Gvk, IndexSpec, ObjectError, ObjectKey, Store};
 
 /// A kind named as in a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -67,6 +73,19 @@ struct StepDoc {
     final_state_unknown: bool,
 }
 
+/// One scripted event and where it is in the script.
+#[derive(Debug, Clone)]
+pub struct ScriptStep {
+    /// `events[3]`.
+    pub at: String,
+    /// Its line in the script, when known.
+    pub line: Option<u64>,
+    /// The object's kind.
+    pub gvk: Gvk,
+    /// The event.
+    pub step: Step,
+}
+
 /// One scripted event.
 #[derive(Debug, Clone)]
 pub enum Step {
@@ -94,7 +113,7 @@ pub struct Script {
     #[serde(default)]
     indexes: Vec<ScriptIndex>,
     #[serde(default)]
-    events: Vec<StepDoc>,
+    events: Vec<Spanned<StepDoc>>,
     write: Option<Vec<crate::config::WriteGrant>>,
     write_events: Option<bool>,
 }
@@ -129,27 +148,33 @@ pub enum ScriptError {
         reason: String,
     },
     /// An object cannot be cached.
-    #[error("{what} object is invalid")]
+    #[error("{at}{}: object cannot be cached", line_suffix(*.line))]
     Object {
-        /// Which step kind.
-        what: &'static str,
+        /// Where: `events[3]`, `initial[0]`.
+        at: String,
+        /// Its line, when known.
+        line: Option<u64>,
         /// Why.
         #[source]
         source: ObjectError,
     },
-    /// An update names an object that is not in the cache.
-    #[error("update of {0}, which is not in the cache (add it first)")]
-    UpdateOfUnknown(String),
-    /// A delete names an object that is not in the cache.
-    #[error("delete of {0}, which is not in the cache")]
-    DeleteOfUnknown(String),
+    /// An event no informer could deliver at that point of the script.
+    #[error("{at}{}: {reason}", line_suffix(*.line))]
+    Refused {
+        /// Where: `events[3]`.
+        at: String,
+        /// Its line, when known.
+        line: Option<u64>,
+        /// Why: `delete of Pod shop/web-1, which is not in the cache`.
+        reason: String,
+    },
+}
+
+fn line_suffix(line: Option<u64>) -> String {
+    line.map(|line| format!(" (line {line})")).unwrap_or_default()
 }
 
 impl ScriptError {
-    pub(crate) fn object(what: &'static str, source: ObjectError) -> Self {
-        Self::Object { what, source }
-    }
-
     fn invalid(at: String, reason: impl Into<String>) -> Self {
         Self::Invalid { at, reason: reason.into() }
     }
@@ -172,14 +197,54 @@ impl Script {
         Ok(self.numbered()?.0)
     }
 
-    /// The events with their kinds, defaults filled in.
-    pub fn steps(&self) -> Result<Vec<(Gvk, Step)>, ScriptError> {
+    /// The events with their kinds and places, defaults filled in.
+    pub fn steps(&self) -> Result<Vec<ScriptStep>, ScriptError> {
         Ok(self.numbered()?.1)
+    }
+
+    /// Checks the whole script as an informer would see it (see the module docs): every object
+    /// can be cached, and every step is possible at its point of the script.
+    pub fn check(&self) -> Result<(), ScriptError> {
+        let stores = self.stores()?;
+        let admit = |at: &str, line: Option<u64>, gvk: &Gvk, value: &Value| {
+            stores[gvk].admit(value.clone()).map_err(|source| ScriptError::Object { at: at.to_owned(), line, source })
+        };
+        let mut cached: HashMap<(Gvk, ObjectKey), String> = HashMap::new();
+        for (i, (gvk, value)) in self.initial_objects()?.iter().enumerate() {
+            let obj = admit(&format!("initial[{i}]"), None, gvk, value)?;
+            cached.insert((gvk.clone(), obj.key().clone()), obj.uid().to_owned());
+        }
+        for ScriptStep { at, line, gvk, step } in self.steps()? {
+            let refuse = |reason: String| ScriptError::Refused { at: at.clone(), line, reason };
+            let (value, action) = match &step {
+                Step::Add(value) => (value, "add"),
+                Step::Update(value) => (value, "update"),
+                Step::Delete { value, .. } => (value, "delete"),
+            };
+            let obj = admit(&at, line, &gvk, value)?;
+            let key = (gvk.clone(), obj.key().clone());
+            let object = format!("{} {}", gvk.kind, obj.key());
+            match (action, cached.get(&key)) {
+                ("add", Some(uid)) if uid == obj.uid() => {
+                    return Err(refuse(format!("add of {object}, which is already in the cache (use update)")));
+                }
+                ("update" | "delete", None) => {
+                    return Err(refuse(format!("{action} of {object}, which is not in the cache at this point")));
+                }
+                ("delete", Some(_)) => {
+                    cached.remove(&key);
+                }
+                _ => {
+                    cached.insert(key, obj.uid().to_owned());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Fills in resourceVersions (in script order) and uids.
     #[allow(clippy::type_complexity)]
-    fn numbered(&self) -> Result<(Vec<(Gvk, Value)>, Vec<(Gvk, Step)>), ScriptError> {
+    fn numbered(&self) -> Result<(Vec<(Gvk, Value)>, Vec<ScriptStep>), ScriptError> {
         let mut rv = 0u64;
         let mut fill = |at: String, mut value: Value| -> Result<(Gvk, Value), ScriptError> {
             let gvk = kind_of(&at, &value)?;
@@ -196,18 +261,19 @@ impl Script {
         };
         let initial = self.initial.iter().enumerate().map(|(i, v)| fill(format!("initial[{i}]"), v.clone())).collect::<Result<_, _>>()?;
         let mut steps = Vec::new();
-        for (i, doc) in self.events.iter().enumerate() {
+        for (i, spanned) in self.events.iter().enumerate() {
+            let (doc, line) = (&spanned.value, Some(spanned.referenced.line()).filter(|&line| line > 0));
             let at = format!("events[{i}]");
             let (gvk, step) = match (&doc.add, &doc.update, &doc.delete) {
-                (Some(v), None, None) => fill(at, v.clone()).map(|(g, v)| (g, Step::Add(v)))?,
-                (None, Some(v), None) => fill(at, v.clone()).map(|(g, v)| (g, Step::Update(v)))?,
+                (Some(v), None, None) => fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Add(v)))?,
+                (None, Some(v), None) => fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Update(v)))?,
                 (None, None, Some(v)) => {
-                    let (g, value) = fill(at, v.clone())?;
+                    let (g, value) = fill(at.clone(), v.clone())?;
                     (g, Step::Delete { value, final_state_unknown: doc.final_state_unknown })
                 }
                 _ => return Err(ScriptError::invalid(at, "a step has exactly one of add, update, delete")),
             };
-            steps.push((gvk, step));
+            steps.push(ScriptStep { at, line, gvk, step });
         }
         Ok((initial, steps))
     }
@@ -215,7 +281,7 @@ impl Script {
     /// Every kind the script mentions.
     fn kinds(&self) -> Result<BTreeSet<Gvk>, ScriptError> {
         let (initial, steps) = self.numbered()?;
-        let mut kinds: BTreeSet<Gvk> = initial.into_iter().map(|(g, _)| g).chain(steps.into_iter().map(|(g, _)| g)).collect();
+        let mut kinds: BTreeSet<Gvk> = initial.into_iter().map(|(g, _)| g).chain(steps.into_iter().map(|s| s.gvk)).collect();
         kinds.extend(self.handles.iter().flatten().chain(self.read.iter().flatten()).map(KindRef::gvk));
         kinds.extend(self.indexes.iter().map(|i| Gvk::from_api_version(&i.api_version, &i.kind)));
         Ok(kinds)
@@ -225,7 +291,7 @@ impl Script {
     pub fn handled_kinds(&self) -> BTreeSet<Gvk> {
         match &self.handles {
             Some(kinds) => kinds.iter().map(KindRef::gvk).collect(),
-            None => self.steps().map(|s| s.into_iter().map(|(g, _)| g).collect()).unwrap_or_default(),
+            None => self.steps().map(|s| s.into_iter().map(|s| s.gvk).collect()).unwrap_or_default(),
         }
     }
 
@@ -307,11 +373,12 @@ events:
         let script = Script::parse(SCRIPT).unwrap();
         let steps = script.steps().unwrap();
         let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-        let Step::Add(add) = &steps[0].1 else { panic!() };
-        let Step::Update(update) = &steps[1].1 else { panic!() };
+        let Step::Add(add) = &steps[0].step else { panic!() };
+        let Step::Update(update) = &steps[1].step else { panic!() };
         assert_eq!((rv(add), rv(update)), ("2".to_owned(), "3".to_owned()));
         assert_eq!(add["metadata"]["uid"], update["metadata"]["uid"]);
-        assert!(matches!(steps[2].1, Step::Delete { final_state_unknown: true, .. }));
+        assert!(matches!(steps[2].step, Step::Delete { final_state_unknown: true, .. }));
+        assert_eq!(steps.iter().map(|s| s.line).collect::<Vec<_>>(), [Some(5), Some(6), Some(7)]);
     }
 
     #[test]
@@ -334,3 +401,7 @@ events:
         assert_eq!(no_kind.to_string(), "events[0]: object needs apiVersion and kind");
     }
 }
+
+#[cfg(test)]
+#[path = "script_props.rs"]
+mod props;

@@ -123,8 +123,9 @@ impl Runtime {
     /// Starts every configured plugin. A plugin that fails to start is logged and reported in
     /// [`Runtime::statuses`]; the others run. Also starts the reload task, through which every
     /// later change to the plugins goes (see [`reload`](self::reload)).
-    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, options: RuntimeOptions) -> Arc<Self> {
+    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, mut options: RuntimeOptions) -> Arc<Self> {
         let plugins = config.plugins.clone();
+        options.watch.max_object_bytes = config.host.max_object_bytes;
         let (reloads, requests) = tokio::sync::mpsc::unbounded_channel();
         let mut metrics = Metrics::new();
         let client = metrics.instrument_client(client);
