@@ -44,8 +44,8 @@ impl fmt::Display for CallOutcome {
             write!(f, "{:<6} {} {} (rv {}) ", self.event, self.gvk.kind, self.key, self.resource_version)?;
         }
         match &self.error {
-            None => write!(f, "ok in {:?}", self.elapsed),
-            Some(e) => write!(f, "FAILED in {:?}: {e}", self.elapsed),
+            None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3),
+            Some(e) => write!(f, "FAILED in {:.1}ms: {e}", self.elapsed.as_secs_f64() * 1e3),
         }
     }
 }
