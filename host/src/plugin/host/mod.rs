@@ -1,11 +1,13 @@
 //! What the host provides to plugins: the [`lister`] over granted stores, the [`log`], and WASI
-//! locked down to nothing but clocks, randomness and captured stdout/stderr ([`stdio`]).
+//! locked down to nothing but clocks, randomness and captured stdout/stderr ([`stdio`]), its
+//! blocking waits bounded by the call's deadline ([`poll`]).
 //!
 //! [`HostState`] is the per-instance store data. Every host call first checks the call's deadline
 //! and the plugin's grants; a refusal is logged with who asked for what.
 
 mod lister;
 mod log;
+pub(crate) mod poll;
 mod stdio;
 
 use std::sync::{Arc, Mutex};
