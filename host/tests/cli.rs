@@ -315,7 +315,9 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
         (guests::PANIC, "panic or abort (wasm unreachable) in <guest_panic::Guest as wasmformer_guest::Plugin>::on_add after "),
         (guests::MEMORY_HOG, "memory limit of 16777216 bytes exceeded"),
     ] {
-        let out = wasmformer(&["replay", "--plugin", guest, "--events", script.to_str().unwrap(), "--memory-bytes", "16777216"]);
+        // A generous deadline: what is tested is the report, not speed on a loaded machine.
+        let args = ["--memory-bytes", "16777216", "--deadline", "5s"];
+        let out = wasmformer(&[&["replay", "--plugin", guest, "--events", script.to_str().unwrap()][..], &args].concat());
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let failed: Vec<&str> = stdout.lines().filter(|l| l.contains("FAILED")).collect();

@@ -177,7 +177,14 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
 fn syntax_problem(error: &serde_saphyr::Error) -> Problem {
     let position = error.location().filter(|l| l.line() > 0).map(|l| Position { line: l.line(), column: l.column() });
     let text = error.to_string();
-    let message = text.lines().next().unwrap_or("invalid YAML").to_owned();
+    let first = text.lines().next().unwrap_or("invalid YAML");
+    // `error: line 5 column 3: …`: the position is shown once, as the problem's.
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message = match message.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+        Some((_, rest)) if position.is_some() => rest,
+        _ => message,
+    }
+    .to_owned();
     Problem { at: "(syntax)".into(), position, message }
 }
 

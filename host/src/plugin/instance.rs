@@ -230,12 +230,12 @@ fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
     (kind, cause)
 }
 
-/// Prefixes of functions that are not the plugin's own code: the standard library, the
-/// allocator, the panic machinery, the SDK and its generated bindings.
+/// Prefixes of Rust functions that are not the plugin's own code: the standard library, the
+/// allocator, the panic machinery, the SDK and its generated bindings. Functions without a `::`
+/// path (wasi-libc's `sbrk`, `malloc`, `memcpy`, …) are not the plugin's either.
 const LIBRARY_FRAMES: &[&str] = &[
-    "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "__rust", "rust_panic", "rust_begin_unwind", "dlmalloc",
-    "<dlmalloc", "abort", "wasmformer_guest::", "<wasmformer_guest::", "wit_bindgen", "<wit_bindgen", "cabi_", "__wasm",
-    "wasi::", "<wasi::", "__main_void", "_start",
+    "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "__rust", "rust_panic", "dlmalloc", "<dlmalloc",
+    "wasmformer_guest::", "<wasmformer_guest::", "wit_bindgen", "<wit_bindgen", "wasi::", "<wasi::",
 ];
 
 /// The innermost frame of the plugin's own code, demangled without its hash:
@@ -244,7 +244,8 @@ fn guest_frame(backtrace: &wasmtime::WasmBacktrace) -> Option<String> {
     backtrace.frames().iter().find_map(|frame| {
         let raw = frame.symbols().first().and_then(|s| s.name()).or(frame.func_name())?;
         let name = format!("{:#}", rustc_demangle::demangle(raw));
-        let library = LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix)) || name.contains("::_export_");
+        let library =
+            !name.contains("::") || LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix)) || name.contains("::_export_");
         (!library).then_some(name)
     })
 }
