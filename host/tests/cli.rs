@@ -272,7 +272,8 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     let _ = host.wait();
     let log = std::fs::read_to_string(dir.path().join("log.json")).unwrap();
     let mut ours = 0;
-    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+    // `dev` prints its banner (cluster address, kubeconfig) as plain lines before logging starts.
+    for line in log.lines().filter(|l| l.starts_with('{')) {
         let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         let target = record["target"].as_str().unwrap_or_default();
         if target.starts_with("wasmformer") || target == "plugin" {
