@@ -12,27 +12,90 @@ use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use serde::Serialize;
 
-use crate::dispatch::StatusReport;
+use crate::dispatch::{StatusReport, TimedError, rfc3339};
+use crate::informer::{InformerKey, InformerStatus, ListStrategy};
 use crate::runtime::Runtime;
 
-/// What `/status` answers.
-#[derive(Debug, Serialize)]
+/// What `/status` (and `wasmformer status --json`) answers. Every key is camelCase; the README's
+/// "Machine-readable output" documents each field.
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostStatus {
-    /// Every plugin.
+    /// Every plugin, failed ones included, in name order.
     pub plugins: Vec<StatusReport>,
-    /// Every running informer: resource, namespace, synced, last error, relists.
-    pub informers: Vec<serde_json::Value>,
+    /// Every running informer.
+    pub informers: Vec<InformerReport>,
+}
+
+/// One running informer, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InformerReport {
+    /// The resource: `pods`, `deployments.apps`.
+    pub resource: String,
+    /// `v1`, `apps/v1`.
+    pub api_version: String,
+    /// `Pod`.
+    pub kind: String,
+    /// The namespace watched; `null`: all namespaces (or a cluster-scoped resource).
+    pub namespace: Option<String>,
+    /// The label selector sent to the server.
+    pub label_selector: Option<String>,
+    /// The field selector sent to the server.
+    pub field_selector: Option<String>,
+    /// Whether it watches metadata only.
+    pub metadata_only: bool,
+    /// Whether the first list has completed.
+    pub synced: bool,
+    /// When it completed (RFC 3339).
+    pub synced_at: Option<String>,
+    /// Objects in its cache.
+    pub objects: usize,
+    /// Plugins subscribed to it.
+    pub subscribers: usize,
+    /// Objects received (listed or watched).
+    pub events: u64,
+    /// Lists after the first (410 Gone, a restarted streaming list).
+    pub relists: u64,
+    /// Watch failures.
+    pub errors: u64,
+    /// Objects the cache refused.
+    pub rejected: u64,
+    /// The most recent watch failure (kept after recovery).
+    pub last_error: Option<TimedError>,
+    /// How the initial content is fetched: `list` or `streaming` (`null` before the first
+    /// watch).
+    pub list_strategy: Option<ListStrategy>,
+}
+
+impl InformerReport {
+    /// The report of the informer `key` in state `status`.
+    pub fn new(key: &InformerKey, status: InformerStatus) -> Self {
+        Self {
+            resource: key.resource_name(),
+            api_version: key.resource.api_version.clone(),
+            kind: key.resource.kind.clone(),
+            namespace: key.namespace.clone(),
+            label_selector: key.label_selector.clone(),
+            field_selector: key.field_selector.clone(),
+            metadata_only: key.metadata_only,
+            synced: status.synced,
+            synced_at: status.synced_at.map(rfc3339),
+            objects: status.objects,
+            subscribers: status.subscribers,
+            events: status.events,
+            relists: status.relists,
+            errors: status.errors,
+            rejected: status.rejected,
+            last_error: status.last_error.map(|e| TimedError::new(e.at, e.message)),
+            list_strategy: status.list_strategy,
+        }
+    }
 }
 
 /// Collects the host's status.
 pub async fn host_status(runtime: &Runtime) -> HostStatus {
-    let informers = runtime
-        .informers()
-        .statuses()
-        .into_iter()
-        .map(|(key, status)| serde_json::json!({ "informer": key.to_string(), "status": format!("{status:?}") }))
-        .collect();
+    let informers = runtime.informers().statuses().into_iter().map(|(key, status)| InformerReport::new(&key, status)).collect();
     HostStatus { plugins: runtime.statuses().await, informers }
 }
 

@@ -49,7 +49,7 @@ async fn reload(runtime: &Runtime, why: &str) {
     match runtime.reload_config().await {
         Ok(report) => {
             for (plugin, outcome) in &report.plugins {
-                tracing::info!(plugin.id = %plugin, outcome = ?outcome, "reload outcome");
+                outcome.log(plugin);
             }
         }
         Err(e) => tracing::error!(error = %crate::error_chain(&e), "config not reloaded; the running plugins keep serving"),

@@ -406,11 +406,10 @@ impl HostProcess {
     fn informer(&self) -> Result<(u64, u64, u64, String)> {
         let (_, body) = http_get(self.admin, "/status")?;
         let status: Value = serde_json::from_str(&body).context("parse /status")?;
-        let text = status["informers"][0]["status"].as_str().context("no informer in /status")?.to_owned();
-        let number = |field: &str| -> u64 {
-            text.split_once(&format!("{field}: ")).and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
-        };
-        let strategy = text.split_once("list_strategy: ").map_or("?", |(_, rest)| rest.split([',', ' ', '}']).next().unwrap_or("?"));
+        let informer = &status["informers"][0];
+        ensure!(informer.is_object(), "no informer in /status: {body}");
+        let number = |field: &str| informer[field].as_u64().unwrap_or(0);
+        let strategy = informer["listStrategy"].as_str().unwrap_or("?");
         Ok((number("events"), number("relists"), number("objects"), strategy.to_owned()))
     }
 }

@@ -239,7 +239,7 @@ async fn a_plugin_that_keeps_trapping_is_contained_reported_and_still_gets_every
     assert!(s.recorded.messages("crashy").iter().any(|m| m == "ok fine"), "{:?}", s.recorded.messages("crashy"));
     let status = runtime.statuses().await.into_iter().find(|p| p.name == "crashy").unwrap();
     assert_eq!((status.calls, status.failures), (6, 5), "{status:?}");
-    let error = status.last_error.unwrap();
+    let error = status.last_error.unwrap().message;
     assert!(error.contains("add Pod crashy/boom-4") && error.contains("boom: the plugin panicked on purpose"), "{error}");
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();

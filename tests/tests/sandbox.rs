@@ -52,7 +52,7 @@ impl Running {
 }
 
 /// Asserts the event `boom` traps with `kind`, and that the next event is handled by a fresh
-/// instance.
+/// instance. The trap's report is one line with no backtrace in it.
 fn assert_contained(wasm: &str, limits: Limits, kind: TrapKind) -> CallError {
     let engine = engine();
     let mut plugin = Running::start(&engine, wasm, limits, Grants::none());
@@ -64,7 +64,16 @@ fn assert_contained(wasm: &str, limits: Limits, kind: TrapKind) -> CallError {
     assert_eq!((plugin.instance.calls(), plugin.instance.failures()), (3, 1));
     let messages = plugin.messages();
     assert!(messages.contains(&"ok fine-before".to_owned()) && messages.contains(&"ok fine-after".to_owned()), "{messages:?}");
+    let report = wasmformer::error_chain(&err);
+    assert!(!report.contains('\n') && !report.contains("backtrace"), "a trap report is one line: {report}");
+    assert!(report.starts_with(&kind.to_string()) || kind == TrapKind::MemoryLimit, "the cause comes first: {report}");
     err
+}
+
+/// The function a trap's report names.
+fn frame(err: &CallError) -> &str {
+    let CallError::Trap { frame, .. } = err else { panic!("not a trap: {err:?}") };
+    frame.as_deref().unwrap_or_else(|| panic!("no guest frame in {err}"))
 }
 
 #[test]
@@ -85,6 +94,7 @@ fn a_panic_is_a_trap_with_the_panic_message() {
     let err = assert_contained(guests::PANIC, Limits::default(), TrapKind::Unreachable);
     let text = err.to_string();
     assert!(text.contains("boom: the plugin panicked on purpose"), "{text}");
+    assert_eq!(frame(&err), "<guest_panic::Guest as wasmformer_guest::Plugin>::on_add", "{text}");
 }
 
 #[test]
@@ -102,8 +112,18 @@ fn unbounded_allocation_is_stopped_at_the_memory_limit() {
 }
 
 #[test]
-fn runaway_recursion_is_a_stack_overflow() {
-    assert_contained(guests::DEEP_RECURSION, Limits::default(), TrapKind::StackOverflow);
+fn runaway_recursion_is_a_stack_overflow_named_with_its_function() {
+    let err = assert_contained(guests::DEEP_RECURSION, Limits::default(), TrapKind::StackOverflow);
+    assert_eq!(frame(&err), "guest_deep_recursion::depth", "{err}");
+    assert!(err.to_string().starts_with("stack overflow in guest_deep_recursion::depth after "), "{err}");
+}
+
+#[test]
+fn a_blocking_wasi_sleep_is_stopped_at_the_deadline() {
+    // The guest sleeps 20 s (a monotonic-clock pollable it blocks on) under a 100 ms deadline: the
+    // call fails with the deadline trap and the next event is delivered, not 20 s later.
+    let err = assert_contained(guests::SLEEPER, Limits::default(), TrapKind::Deadline);
+    assert!(err.to_string().starts_with("deadline exceeded"), "{err}");
 }
 
 #[test]
@@ -222,6 +242,43 @@ fn files_that_are_not_components_are_refused() {
     assert!(load_error(&core).contains("is a core WebAssembly module, not a component"));
     let err = LoadedPlugin::load(&engine(), "gone", &dir.path().join("missing.wasm")).unwrap_err();
     assert!(matches!(err, LoadError::Read { .. }));
+}
+
+#[test]
+fn a_cached_artifact_this_host_did_not_write_for_that_plugin_is_recompiled() {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PluginEngine::new(Some(cache.path().to_owned())).unwrap();
+    let (logger, panic) = (Path::new(guests::POD_LOGGER), Path::new(guests::PANIC));
+    let logger_digest = LoadedPlugin::load(&engine, "p", logger).unwrap().digest().to_owned();
+    let panic_digest = LoadedPlugin::load(&engine, "q", panic).unwrap().digest().to_owned();
+    let artifacts = walk(cache.path());
+    let artifact = |digest: &str| artifacts.iter().find(|p| p.file_name().unwrap().to_string_lossy() == format!("{digest}.cwasm")).unwrap().clone();
+
+    // Another plugin's artifact, valid for this engine, put in place of pod-logger's (by rename,
+    // as the host writes): loading it would run the other plugin's code.
+    let planted = artifact(&logger_digest).with_extension("planted");
+    std::fs::copy(artifact(&panic_digest), &planted).unwrap();
+    std::fs::rename(&planted, artifact(&logger_digest)).unwrap();
+    let engine = PluginEngine::new(Some(cache.path().to_owned())).unwrap();
+    let reloaded = LoadedPlugin::load(&engine, "p", logger).unwrap();
+    assert!(!reloaded.from_cache(), "the planted artifact was used");
+    let mut plugin = PluginInstance::start(reloaded, Limits::default(), Grants::none(), &json!({}), None).unwrap();
+    plugin.handle(&pod_gvk(), &Event::Add { obj: pod("default", "boom", 1), initial: false }).expect("pod-logger's code, not the panicking plugin's");
+    assert!(LoadedPlugin::load(&engine, "p", logger).unwrap().from_cache(), "the recompiled artifact is cached again");
+}
+
+#[test]
+fn a_compile_cache_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = PluginEngine::new(Some(cache.path().to_owned())).err().expect("a world-writable cache is refused");
+    let text = err.to_string();
+    assert!(text.contains(&cache.path().display().to_string()) && text.contains("chmod 700"), "{text}");
+    let fresh = cache.path().join("new/components");
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    PluginEngine::new(Some(fresh.clone())).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700, "created private");
 }
 
 #[test]

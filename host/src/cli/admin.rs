@@ -40,21 +40,52 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<20} {:<14} {:>6} {:>9} {:>8} {:>6} {:<7} LAST ERROR", "PLUGIN", "VERSION", "SWAPS", "CALLS", "FAILED", "QUEUE", "SYNCED");
-    for p in body["plugins"].as_array().into_iter().flatten() {
-        println!(
-            "{:<20} {:<14} {:>6} {:>9} {:>8} {:>6} {:<7} {}",
-            p["name"].as_str().unwrap_or("?"),
-            p["version"].as_str().unwrap_or("").get(..12).unwrap_or("-"),
-            p["swaps"],
-            p["calls"],
-            p["failures"],
-            p["queueDepth"],
-            p["synced"],
-            p["lastSwapError"].as_str().or(p["lastError"].as_str()).unwrap_or("")
-        );
-    }
+    print!("{}", plugin_table(&body));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plugins of a `/status` answer as a table whose columns line up whatever the names' lengths.
+fn plugin_table(status: &serde_json::Value) -> String {
+    let number = |v: &serde_json::Value| v.as_u64().map_or_else(|| "-".to_owned(), |n| n.to_string());
+    let rows: Vec<Vec<String>> = status["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let error = |key: &str| p[key]["message"].as_str().map(str::to_owned);
+            vec![
+                p["name"].as_str().unwrap_or("?").to_owned(),
+                p["version"].as_str().and_then(|v| v.get(..12)).unwrap_or("-").to_owned(),
+                number(&p["swaps"]),
+                number(&p["calls"]),
+                number(&p["failures"]),
+                number(&p["queueDepth"]),
+                if p["synced"] == true { "yes" } else { "no" }.to_owned(),
+                error("lastSwapError").or_else(|| error("lastError")).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let headers = ["PLUGIN", "VERSION", "SWAPS", "CALLS", "FAILED", "QUEUE", "SYNCED", "LAST ERROR"];
+    // Counters are right-aligned; the last column is not padded.
+    let right = [false, false, true, true, true, true, false, false];
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([headers[c].len()]).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in std::iter::once(headers.map(str::to_owned).to_vec()).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| match (c + 1 == headers.len(), right[c]) {
+                (true, _) => cell.clone(),
+                (false, true) => format!("{cell:>width$}", width = widths[c]),
+                (false, false) => format!("{cell:<width$}", width = widths[c]),
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
@@ -78,10 +109,10 @@ pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     }
     let report: serde_json::Value = serde_json::from_str(&text)?;
     let mut failed = false;
-    for entry in report["plugins"].as_array().into_iter().flatten() {
-        let (name, outcome) = (&entry[0], &entry[1]);
-        failed |= outcome["outcome"] == "failed";
-        println!("{}: {}", name.as_str().unwrap_or("?"), outcome);
+    let report: wasmformer::runtime::ReloadReport = serde_json::from_value(report)?;
+    for (name, outcome) in &report.plugins {
+        failed |= matches!(outcome, wasmformer::runtime::ReloadOutcome::Failed { .. });
+        println!("{name}: {outcome}");
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

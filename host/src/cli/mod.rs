@@ -11,6 +11,7 @@ mod run;
 mod toolchain;
 mod validate;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -81,11 +82,18 @@ pub fn init_tracing(args: &Args) {
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let colour = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// Whether logs are coloured: only on a terminal, and not when `NO_COLOR` is set to anything
+/// but the empty string (<https://no-color.org>).
+fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Runs the chosen subcommand.
@@ -103,5 +111,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Build(build) => build::run(build),
         Command::Toolchain(toolchain) => toolchain::run_command(toolchain),
         Command::Rbac(rbac) => rbac::run(rbac),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some("".as_ref())), "an empty NO_COLOR does not count");
+        assert!(!use_colour(true, Some("1".as_ref())));
+        assert!(!use_colour(false, None));
     }
 }

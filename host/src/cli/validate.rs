@@ -1,9 +1,10 @@
 //! `wasmformer validate`: every problem of a config, with its location.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use wasmformer::config::{ConfigError, HostConfig, Problem};
+use anyhow::Context;
+use wasmformer::config::{HostConfig, Limits, Locations, Problem};
 use wasmformer::plugin::{LoadedPlugin, PluginEngine};
 use wasmformer::error_chain;
 use wasmformer::runtime;
@@ -19,27 +20,51 @@ pub struct ValidateArgs {
 }
 
 pub fn run(args: ValidateArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = match HostConfig::load(&args.config) {
-        Ok(config) => config,
-        Err(ConfigError::Invalid { problems, .. }) => return Ok(report(&args.config, &problems)),
-        Err(e) => return Err(e.into()),
+    let text = std::fs::read_to_string(&args.config).with_context(|| format!("cannot read config {}", args.config.display()))?;
+    let base_dir = args.config.parent().map(Path::to_owned).unwrap_or_default();
+    let (config, mut problems) = match HostConfig::parse(&text, base_dir.clone()) {
+        Ok(config) => (Some(config), Vec::new()),
+        Err(problems) => (None, problems),
     };
+    // The wasm files are checked whatever else is wrong: each entry that names one.
     let engine = PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
-    let mut problems = Vec::new();
-    let mut warnings = Vec::new();
-    for (i, plugin) in config.plugins.iter().enumerate() {
-        match LoadedPlugin::load(&engine, plugin.name.as_str(), &config.wasm_path(plugin)) {
-            Ok(loaded) => warnings.extend(memory_warning(&loaded, plugin.limits.memory_bytes, i)),
-            Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e))),
-        }
-    }
+    let (wasm_problems, warnings) = check_wasm(&engine, &text, &base_dir);
+    problems.extend(wasm_problems);
     for warning in &warnings {
         println!("warning: {warning}");
     }
-    if !args.offline {
-        problems.extend(check_cluster(&config));
+    // The cluster is asked only about a config that parsed: its kinds are known then.
+    if let Some(config) = &config
+        && !args.offline
+    {
+        problems.extend(check_cluster(config));
     }
+    let locations = Locations::of(&text);
+    for problem in &mut problems {
+        problem.locate(&locations);
+    }
+    problems.sort_by_key(|p| (p.position.is_none(), p.position));
     Ok(report(&args.config, &problems))
+}
+
+/// Loads the wasm file of every `plugins[i]` entry that names one (as text), valid or not; a
+/// plugin that loads is warned about when it starts above its memory limit.
+fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Problem>, Vec<String>) {
+    let Ok(doc) = wasmformer::yaml::from_str::<serde_json::Value>(text) else { return Default::default() };
+    let entries = doc.get("plugins").and_then(|p| p.as_array()).cloned().unwrap_or_default();
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(wasm) = entry.get("wasm").and_then(|w| w.as_str()) else { continue };
+        let name = entry.get("name").and_then(|n| n.as_str()).map_or_else(|| format!("plugins[{i}]"), str::to_owned);
+        match LoadedPlugin::load(engine, &name, &base_dir.join(wasm)) {
+            Ok(loaded) => {
+                let limit = entry.pointer("/limits/memoryBytes").and_then(|m| m.as_u64()).map_or(Limits::default().memory_bytes, |m| m as usize);
+                warnings.extend(memory_warning(&loaded, limit, i));
+            }
+            Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e))),
+        }
+    }
+    (problems, warnings)
 }
 
 /// A warning when a fresh instance of `plugin` already needs more memory than its limit allows
@@ -76,14 +101,16 @@ fn check_cluster(config: &HostConfig) -> Vec<Problem> {
     })
 }
 
-fn report(path: &std::path::Path, problems: &[Problem]) -> ExitCode {
+fn report(path: &Path, problems: &[Problem]) -> ExitCode {
     if problems.is_empty() {
         println!("{}: ok", path.display());
         return ExitCode::SUCCESS;
     }
     println!("{}: {} problem{}", path.display(), problems.len(), if problems.len() == 1 { "" } else { "s" });
     for problem in problems {
-        println!("  {problem}");
+        // `config.yaml:7:22: plugins[0]…: message`, as compilers print it (editors jump there).
+        let separator = if problem.position.is_some() { ":" } else { ": " };
+        println!("  {}{separator}{problem}", path.display());
     }
     ExitCode::FAILURE
 }

@@ -2,14 +2,17 @@
 //!
 //! [`HostConfig::load`] reports every problem it finds, each with its location
 //! (`plugins[1].handles[0].labelSelector: …`), not just the first: each plugin and each of its
-//! entries is decoded on its own, then checked ([`Problem`]). Paths are relative to the config
+//! entries is decoded on its own, then checked ([`Problem`]), and each problem is given the line
+//! and column of its value ([`Locations`]). Paths are relative to the config
 //! file's folder. The README's configuration reference documents every field.
 
 mod limits;
+mod locate;
 mod model;
 mod validate;
 
 pub use limits::Limits;
+pub use locate::{Locations, Position};
 pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef, SwapMode, WriteGrant, WriteVerb};
 pub use validate::{ConfigError, Problem};
 

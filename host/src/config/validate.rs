@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::locate::{Locations, Position};
 use super::model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, ResourceRef};
 use super::HostConfig;
 use crate::cache::LabelSelector;
@@ -16,6 +17,8 @@ use crate::cache::LabelSelector;
 pub struct Problem {
     /// Where: `plugins[1].handles[0].labelSelector`.
     pub at: String,
+    /// Line and column of that value in the file, where known.
+    pub position: Option<Position>,
     /// What is wrong.
     pub message: String,
 }
@@ -23,12 +26,21 @@ pub struct Problem {
 impl Problem {
     /// A problem at `at`.
     pub fn new(at: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { at: at.into(), message: message.into() }
+        Self { at: at.into(), position: None, message: message.into() }
+    }
+
+    /// Sets the position from the document's `locations` (unless it has one).
+    pub fn locate(&mut self, locations: &Locations) {
+        self.position = self.position.or_else(|| locations.find(&self.at));
     }
 }
 
 impl fmt::Display for Problem {
+    /// `7:22: plugins[0].handles[0].labelSelector: invalid label selector …`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(position) = self.position {
+            write!(f, "{position}: ")?;
+        }
         write!(f, "{}: {}", self.at, self.message)
     }
 }
@@ -84,7 +96,17 @@ fn decode_list<T: DeserializeOwned>(at: &str, plugin: &Value, field: &str, probl
 }
 
 pub(super) fn parse(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Problem>> {
-    let doc: Value = crate::yaml::from_str(text).map_err(|e| vec![Problem::new("(syntax)", e.to_string())])?;
+    parse_unlocated(text, base_dir).map_err(|mut problems| {
+        let locations = Locations::of(text);
+        for problem in &mut problems {
+            problem.locate(&locations);
+        }
+        problems
+    })
+}
+
+fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Problem>> {
+    let doc: Value = crate::yaml::from_str(text).map_err(|e| vec![syntax_problem(&e)])?;
     let Some(top) = doc.as_object() else {
         return Err(vec![Problem::new("(top)", "the config must be a map with a `plugins:` list")]);
     };
@@ -150,6 +172,21 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
     }
     check_writes(at, &plugin, problems);
     Some(plugin)
+}
+
+/// A YAML syntax error as a problem at its position, on one line.
+fn syntax_problem(error: &serde_saphyr::Error) -> Problem {
+    let position = error.location().filter(|l| l.line() > 0).map(|l| Position { line: l.line(), column: l.column() });
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or("invalid YAML");
+    // `error: line 5 column 3: …`: the position is shown once, as the problem's.
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message = match message.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+        Some((_, rest)) if position.is_some() => rest,
+        _ => message,
+    }
+    .to_owned();
+    Problem { at: "(syntax)".into(), position, message }
 }
 
 /// Every entry, if all decoded.

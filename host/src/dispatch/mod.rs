@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use queue::{EventQueue, Item, Popped, SourceId, SourceSink};
-pub use status::{PluginStatus, StatusReport};
+pub(crate) use status::rfc3339;
+pub use status::{PluginStatus, StatusReport, TimedError};
 pub use worker::{PluginWorker, Source};
 
 /// What a new version receives first when it is swapped in; a config type, used here.

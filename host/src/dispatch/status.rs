@@ -25,7 +25,25 @@ struct Details {
     last_swap_error: Option<(SystemTime, String)>,
 }
 
-/// A point-in-time copy of a plugin's status.
+/// A failure and when it happened: `{"at": "2026-11-30T10:00:00Z", "message": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimedError {
+    /// When (RFC 3339, seconds).
+    pub at: String,
+    /// What went wrong, on one line.
+    pub message: String,
+}
+
+impl TimedError {
+    /// `message`, happened at `at`.
+    pub fn new(at: SystemTime, message: impl Into<String>) -> Self {
+        Self { at: rfc3339(at), message: message.into() }
+    }
+}
+
+/// A point-in-time copy of a plugin's status; one entry of `/status`'s `plugins` (the README's
+/// "Machine-readable output" documents the JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
@@ -43,17 +61,18 @@ pub struct StatusReport {
     pub calls: u64,
     /// Handler calls that failed.
     pub failures: u64,
-    /// The last failure, with its time.
-    pub last_error: Option<String>,
-    /// The last failed swap (the old version kept running), with its time.
-    pub last_swap_error: Option<String>,
+    /// The last failure.
+    pub last_error: Option<TimedError>,
+    /// The last failed swap (the old version kept running).
+    pub last_swap_error: Option<TimedError>,
     /// Events waiting in its queue.
     pub queue_depth: usize,
     /// Whether it has processed its initial list.
     pub synced: bool,
 }
 
-fn rfc3339(t: SystemTime) -> String {
+/// `2026-11-30T10:00:00Z`.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
@@ -103,6 +122,23 @@ impl PluginStatus {
         self.calls.load(Ordering::Relaxed)
     }
 
+    /// The report of a plugin that is not running because it failed to start.
+    pub fn failed_report(name: &str, error: TimedError) -> StatusReport {
+        StatusReport {
+            name: name.to_owned(),
+            version: String::new(),
+            contract: String::new(),
+            loaded_at: None,
+            swaps: 0,
+            calls: 0,
+            failures: 0,
+            last_error: Some(error),
+            last_swap_error: None,
+            queue_depth: 0,
+            synced: false,
+        }
+    }
+
     /// A copy for reporting.
     pub fn report(&self, name: &str, queue_depth: usize) -> StatusReport {
         let details = self.details().clone();
@@ -114,8 +150,8 @@ impl PluginStatus {
             swaps: self.swaps.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
-            last_error: details.last_error.map(|(t, e)| format!("{}: {e}", rfc3339(t))),
-            last_swap_error: details.last_swap_error.map(|(t, e)| format!("{}: {e}", rfc3339(t))),
+            last_error: details.last_error.map(|(t, e)| TimedError::new(t, e)),
+            last_swap_error: details.last_swap_error.map(|(t, e)| TimedError::new(t, e)),
             queue_depth,
             synced: self.is_synced(),
         }

@@ -159,7 +159,7 @@ impl Delivery {
                     match &result {
                         Ok(()) => {
                             backoff.succeeded();
-                            tracing::trace!(object.ref = %obj.key(), event.kind = event.kind(), duration = ?started.elapsed(), "delivered");
+                            tracing::trace!(object.ref = %obj.key(), event.kind = event.kind(), event.durationMs = started.elapsed().as_secs_f64() * 1e3, "delivered");
                         }
                         Err(error) => {
                             let pause = backoff.failed();
@@ -253,12 +253,12 @@ fn log_failure(gvk: &Gvk, key: &crate::cache::ObjectKey, kind: &str, error: &Cal
     let cause = error_chain(error);
     match error.trap_kind() {
         Some(trap) => tracing::error!(
-            object.ref = %key, object.kind = %gvk.kind, event.kind = kind, trap = %trap, consecutive_failures = failures,
-            backoff = ?pause, error = %cause, "plugin trapped; its instance will be recreated"
+            object.ref = %key, object.kind = %gvk.kind, event.kind = kind, trap = %trap, consecutiveFailures = failures,
+            backoffMs = pause.as_millis() as u64, error = %cause, "plugin trapped; its instance will be recreated"
         ),
         None => tracing::warn!(
-            object.ref = %key, object.kind = %gvk.kind, event.kind = kind, consecutive_failures = failures,
-            backoff = ?pause, error = %cause, "plugin handler failed"
+            object.ref = %key, object.kind = %gvk.kind, event.kind = kind, consecutiveFailures = failures,
+            backoffMs = pause.as_millis() as u64, error = %cause, "plugin handler failed"
         ),
     }
 }

@@ -220,7 +220,7 @@ async fn run(core: Arc<Core>, mut source: Source) {
             Err(error) => {
                 core.record_error(&WatchError::new(&core.key, error));
                 if let Some(delay) = backoff.next() {
-                    tracing::debug!(delay_ms = delay.as_millis() as u64, "backing off");
+                    tracing::debug!(backoffMs = delay.as_millis() as u64, "backing off");
                     tokio::time::sleep(delay).await;
                 }
             }

@@ -1,7 +1,8 @@
-//! [`PluginEngine`]: the one wasmtime engine, its epoch ticker, and the compiled-component cache.
+//! [`PluginEngine`]: the one wasmtime engine, its epoch ticker, and the compiled-component cache
+//! ([`CompileCache`]).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use wasmtime::{Config, Engine};
 
 use super::bindings::Plugin as PluginWorld;
 use super::bindings_v02::Plugin as LegacyWorld;
+use super::cache::CompileCache;
 use super::host::HostState;
 
 /// How often the epoch advances; deadlines are enforced to within about one tick.
@@ -23,7 +25,7 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 pub struct PluginEngine {
     engine: Engine,
     linker: Linker<HostState>,
-    cache_dir: Option<PathBuf>,
+    cache: Option<CompileCache>,
     /// Advances the epoch while the engine lives; stopped and joined on drop.
     _ticker: Ticker,
 }
@@ -44,16 +46,22 @@ impl Drop for Ticker {
 
 impl PluginEngine {
     /// An engine that caches compiled components under `cache_dir` (`None`: compile every time).
+    /// Fails with a [`CacheError`](super::CacheError) if that directory is not this user's alone.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        super::host::poll::add_to_linker(&mut linker)?;
         PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
         LegacyWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
+        let cache = match cache_dir {
+            Some(dir) => Some(CompileCache::open(&dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?),
+            None => None,
+        };
         let ticker = Self::start_ticker(&engine);
-        Ok(Self { engine, linker, cache_dir, _ticker: ticker })
+        Ok(Self { engine, linker, cache, _ticker: ticker })
     }
 
     /// The default compile cache directory: `$WASMFORMER_CACHE_DIR`, else
@@ -89,46 +97,30 @@ impl PluginEngine {
         &self.linker
     }
 
-    /// Compiles `wasm` (hashed to `digest`), or loads it from the compile cache. A cached
-    /// artifact that this engine rejects is recompiled and replaced.
+    /// Compiles `wasm` (hashed to `digest`), or loads it from the compile cache; returns whether
+    /// it came from the cache. A cached artifact this host did not write, or that this engine
+    /// rejects, is recompiled and replaced.
     pub(crate) fn compile(&self, wasm: &[u8], digest: &str) -> wasmtime::Result<(Component, bool)> {
-        let Some(path) = self.cache_path(digest) else {
+        let Some(cache) = &self.cache else {
             return Ok((Component::new(&self.engine, wasm)?, false));
         };
-        if path.exists() {
-            // SAFETY: the file was written by `Component::serialize` of an engine with the same
-            // compatibility hash (it is part of the path), into a directory only this host writes.
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(component) => return Ok((component, true)),
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled component"),
-            }
+        if let Some(component) = cache.load(&self.engine, digest) {
+            return Ok((component, true));
         }
         let component = Component::new(&self.engine, wasm)?;
-        if let Err(e) = write_atomically(&path, &component.serialize()?) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write compiled component to the cache");
-        }
+        cache.store(digest, &component);
         Ok((component, false))
     }
+}
 
-    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
-        let mut hasher = DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
-        let engine_key = format!("engine-{:016x}", hasher.finish());
-        Some(self.cache_dir.as_ref()?.join(engine_key).join(format!("{digest}.cwasm")))
-    }
+/// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.
+fn engine_key(engine: &Engine) -> String {
+    let mut hasher = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("engine-{:016x}", hasher.finish())
 }
 
 /// The hex SHA-256 of `bytes`: a plugin version's identity.
 pub(crate) fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().expect("cache path has a parent");
-    std::fs::create_dir_all(dir)?;
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let unique = format!("{}-{}", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed));
-    let tmp = dir.join(format!(".{unique}.{}.tmp", path.file_name().unwrap().to_string_lossy()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }

@@ -150,18 +150,30 @@ pub enum CallError {
     /// `init` returned an error.
     #[error("init returned an error: {0}")]
     Init(String),
-    /// The call trapped; the instance is discarded and recreated for the next event.
-    #[error("{kind} after {elapsed:?}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    /// The call trapped; the instance is discarded and recreated for the next event. The message
+    /// is one line: `out of bounds memory access in guest::parse after 0.4ms: …`; the whole wasm
+    /// backtrace is logged at debug level.
+    #[error(
+        "{cause}{} after {:.1}ms{}",
+        frame.as_deref().map(|f| format!(" in {f}")).unwrap_or_default(),
+        elapsed.as_secs_f64() * 1e3,
+        detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default()
+    )]
     Trap {
         /// What kind of trap.
         kind: TrapKind,
+        /// What happened, on one line: `stack overflow`, `out of bounds memory access`,
+        /// `memory limit of 67108864 bytes exceeded (…)`.
+        cause: String,
+        /// The innermost function of the plugin's own code it happened in (not the standard
+        /// library's, the allocator's or the SDK's), demangled.
+        frame: Option<String>,
         /// How long the call ran.
         elapsed: Duration,
         /// The last line the plugin wrote to stderr (a panic message), if any.
         detail: Option<String>,
-        /// wasmtime's error with the wasm backtrace.
-        #[source]
-        source: wasmtime::Error,
+        /// wasmtime's error with the whole wasm backtrace (not part of the message).
+        error: wasmtime::Error,
     },
     /// A fresh instance could not be created (after a trap).
     #[error("cannot instantiate")]

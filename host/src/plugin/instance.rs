@@ -194,9 +194,15 @@ impl PluginInstance {
         self.log.lock().expect("log sink lock poisoned").begin_call();
         let result = f(&live.bindings, &mut live.store);
         let last_stderr = self.log.lock().expect("log sink lock poisoned").end_call();
-        result.map_err(|source| {
+        result.map_err(|error| {
             self.live = None;
-            CallError::Trap { kind: classify(&source), elapsed: started.elapsed(), detail: last_stderr, source }
+            let elapsed = started.elapsed();
+            let backtrace = error.downcast_ref::<wasmtime::WasmBacktrace>();
+            if let Some(backtrace) = backtrace {
+                tracing::debug!(plugin.id = %self.name, wasm.backtrace = %backtrace, "trap backtrace");
+            }
+            let (kind, cause) = classify(&error);
+            CallError::Trap { kind, cause, frame: backtrace.and_then(guest_frame), elapsed, detail: last_stderr, error }
         })
     }
 }
@@ -206,19 +212,50 @@ fn deadline_ticks(deadline: Duration) -> u64 {
     (deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
 }
 
-fn classify(error: &wasmtime::Error) -> TrapKind {
-    if error.downcast_ref::<DeadlineExceeded>().is_some() {
-        return TrapKind::Deadline;
+/// The kind of trap and its cause on one line.
+fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
+    if let Some(e) = error.downcast_ref::<DeadlineExceeded>() {
+        return (TrapKind::Deadline, e.to_string());
     }
-    if error.downcast_ref::<MemoryLimitExceeded>().is_some() {
-        return TrapKind::MemoryLimit;
+    if let Some(e) = error.downcast_ref::<MemoryLimitExceeded>() {
+        return (TrapKind::MemoryLimit, e.to_string());
     }
-    match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => TrapKind::Deadline,
-        Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
-        Some(wasmtime::Trap::UnreachableCodeReached) => TrapKind::Unreachable,
+    let Some(trap) = error.downcast_ref::<wasmtime::Trap>() else {
+        // A host error: its own message, without wasmtime's backtrace context.
+        let root = error.root_cause().to_string();
+        return (TrapKind::Other, root.lines().next().unwrap_or("trap").to_owned());
+    };
+    let kind = match trap {
+        wasmtime::Trap::Interrupt => TrapKind::Deadline,
+        wasmtime::Trap::StackOverflow => TrapKind::StackOverflow,
+        wasmtime::Trap::UnreachableCodeReached => TrapKind::Unreachable,
         _ => TrapKind::Other,
-    }
+    };
+    let cause = match kind {
+        TrapKind::Other => trap.to_string(),
+        kind => kind.to_string(),
+    };
+    (kind, cause)
+}
+
+/// Prefixes of Rust functions that are not the plugin's own code: the standard library, the
+/// allocator, the panic machinery, the SDK and its generated bindings. Functions without a `::`
+/// path (wasi-libc's `sbrk`, `malloc`, `memcpy`, …) are not the plugin's either.
+const LIBRARY_FRAMES: &[&str] = &[
+    "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "__rust", "rust_panic", "dlmalloc", "<dlmalloc",
+    "wasmformer_guest::", "<wasmformer_guest::", "wit_bindgen", "<wit_bindgen", "wasi::", "<wasi::",
+];
+
+/// The innermost frame of the plugin's own code, demangled without its hash:
+/// `guest_panic::explode`, `<my_plugin::Logger as wasmformer_guest::Plugin>::on_add`.
+fn guest_frame(backtrace: &wasmtime::WasmBacktrace) -> Option<String> {
+    backtrace.frames().iter().find_map(|frame| {
+        let raw = frame.symbols().first().and_then(|s| s.name()).or(frame.func_name())?;
+        let name = format!("{:#}", rustc_demangle::demangle(raw));
+        let library =
+            !name.contains("::") || LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix)) || name.contains("::_export_");
+        (!library).then_some(name)
+    })
 }
 
 #[cfg(test)]

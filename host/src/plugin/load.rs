@@ -79,7 +79,10 @@ impl LoadedPlugin {
         let pre = Pre::new(minor, instance_pre)
             .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
         let load_time = started.elapsed();
-        tracing::info!(plugin.id = %plugin, plugin.digest = %&digest[..12], from_cache, ?load_time, "plugin loaded");
+        tracing::info!(
+            plugin.id = %plugin, plugin.version = %&digest[..12], plugin.fromCache = from_cache,
+            plugin.loadMs = load_time.as_secs_f64() * 1e3, "plugin loaded"
+        );
         Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time, contract }) })
     }
 

@@ -1,7 +1,7 @@
 //! The sandboxed plugin runtime: loading WebAssembly components and calling their handlers.
 //!
 //! - [`PluginEngine`] owns the one wasmtime `Engine`, the epoch ticker that enforces deadlines, and
-//!   the on-disk cache of compiled components.
+//!   the on-disk cache of compiled components (`cache`: private, each artifact MAC-checked).
 //! - [`LoadedPlugin`] is one plugin version: compiled once, its contract version checked, its
 //!   imports resolved against the host's linker (a pre-instantiated handle).
 //! - [`PluginInstance`] is the long-lived instance events are delivered to, one call at a time,
@@ -11,6 +11,7 @@
 //! - [`Backoff`] decides how long a repeatedly failing plugin waits before its next event.
 
 mod backoff;
+mod cache;
 mod engine;
 mod error;
 pub mod host;
@@ -38,6 +39,7 @@ pub(crate) mod bindings_v02 {
 }
 
 pub use backoff::Backoff;
+pub use cache::CacheError;
 pub use engine::PluginEngine;
 pub use error::{CallError, LoadError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};

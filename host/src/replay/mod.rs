@@ -58,8 +58,8 @@ impl fmt::Display for CallOutcome {
             }
         }
         match &self.error {
-            None => write!(f, "ok in {:?}", self.elapsed),
-            Some(e) => write!(f, "FAILED in {:?}: {e}", self.elapsed),
+            None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3),
+            Some(e) => write!(f, "FAILED in {:.1}ms: {e}", self.elapsed.as_secs_f64() * 1e3),
         }
     }
 }

@@ -22,7 +22,7 @@ use reload::Request;
 use crate::cache::{Gvk, IndexSpec};
 use crate::error_chain;
 use crate::config::{HostConfig, KindRef, PluginConfig};
-use crate::dispatch::{DispatchedPlugin, Source, StatusReport};
+use crate::dispatch::{DispatchedPlugin, PluginStatus, Source, StatusReport, TimedError};
 use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
 use crate::metrics::{InformerSample, InformerSampler, Metrics};
 use crate::plugin::{CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance};
@@ -99,7 +99,7 @@ pub struct Runtime {
     discovery: Discovery,
     log_observer: Option<LogObserver>,
     plugins: tokio::sync::Mutex<BTreeMap<String, Running>>,
-    failed: std::sync::Mutex<BTreeMap<String, String>>,
+    failed: std::sync::Mutex<BTreeMap<String, TimedError>>,
     /// The reload task: every change to the running plugins goes through it, one at a time.
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
     writes: writes::Writes,
@@ -156,7 +156,7 @@ impl Runtime {
     fn record_failure(&self, name: &str, error: &RuntimeError) {
         let text = error_chain(error);
         tracing::error!(plugin.id = %name, error = %text, "plugin not started");
-        self.failed.lock().expect("failed lock").insert(name.to_owned(), text);
+        self.failed.lock().expect("failed lock").insert(name.to_owned(), TimedError::new(std::time::SystemTime::now(), text));
     }
 
     /// The configuration the runtime was started or last reloaded with.
@@ -310,19 +310,7 @@ impl Runtime {
     pub async fn statuses(&self) -> Vec<StatusReport> {
         let mut reports: Vec<StatusReport> = self.plugins.lock().await.values().map(|r| r.dispatched.report()).collect();
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
-            reports.push(StatusReport {
-                name: name.clone(),
-                version: String::new(),
-                contract: String::new(),
-                loaded_at: None,
-                swaps: 0,
-                calls: 0,
-                failures: 0,
-                last_error: Some(error.clone()),
-                last_swap_error: None,
-                queue_depth: 0,
-                synced: false,
-            });
+            reports.push(PluginStatus::failed_report(name, error.clone()));
         }
         reports.sort_by(|a, b| a.name.cmp(&b.name));
         reports

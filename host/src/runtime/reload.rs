@@ -15,16 +15,17 @@
 use std::sync::Weak;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Runtime, RuntimeError};
 use crate::error_chain;
 use crate::config::{HostConfig, PluginConfig};
 
-/// What a reload did to one plugin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "outcome")]
+/// What a reload did to one plugin. In JSON, one object whose `outcome` names the variant
+/// (`swapped`, `unchanged`, `added`, `rewired`, `removed`, `failed`) beside the variant's fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "outcome")]
 pub enum ReloadOutcome {
     /// A new version was swapped in.
     Swapped {
@@ -70,11 +71,89 @@ impl Runtime {
     }
 }
 
-/// What a reload did, plugin by plugin.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+impl ReloadOutcome {
+    /// `swapped`, `unchanged`, … as in the JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Swapped { .. } => "swapped",
+            Self::Unchanged => "unchanged",
+            Self::Added => "added",
+            Self::Rewired => "rewired",
+            Self::Removed => "removed",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
+    /// Logs what happened to `plugin`, each value in its own field.
+    pub fn log(&self, plugin: &str) {
+        let outcome = self.name();
+        match self {
+            Self::Swapped { version, prepare_ms, replayed } => tracing::info!(
+                plugin.id = %plugin, reload.outcome = outcome, plugin.version = %short(version),
+                reload.prepareMs = prepare_ms, reload.replayed = replayed, "reload outcome"
+            ),
+            Self::Failed { error } => {
+                tracing::warn!(plugin.id = %plugin, reload.outcome = outcome, error = %error, "reload outcome")
+            }
+            _ => tracing::info!(plugin.id = %plugin, reload.outcome = outcome, "reload outcome"),
+        }
+    }
+}
+
+impl std::fmt::Display for ReloadOutcome {
+    /// `swapped to 3f2a9c81d0e4 (prepared in 41 ms, 120 objects replayed)`, `failed: …`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Swapped { version, prepare_ms, replayed } => {
+                write!(f, "swapped to {} (prepared in {prepare_ms} ms", short(version))?;
+                if let Some(replayed) = replayed {
+                    write!(f, ", {replayed} objects replayed")?;
+                }
+                f.write_str(")")
+            }
+            Self::Failed { error } => write!(f, "failed: {error}"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// The first 12 hex digits of a version's content hash.
+fn short(version: &str) -> &str {
+    version.get(..12).unwrap_or(version)
+}
+
+/// What a reload did, plugin by plugin. In JSON:
+/// `{"plugins": [{"name": "pod-logger", "outcome": "swapped", "version": "…", "prepareMs": 41}]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadReport {
     /// `(plugin, outcome)` in name order.
+    #[serde(serialize_with = "plugins_as_objects", deserialize_with = "plugins_from_objects")]
     pub plugins: Vec<(String, ReloadOutcome)>,
+}
+
+/// One entry of [`ReloadReport`]'s JSON: the plugin's name beside its outcome's fields.
+#[derive(Serialize)]
+struct PluginReload<'a> {
+    name: &'a str,
+    #[serde(flatten)]
+    outcome: &'a ReloadOutcome,
+}
+
+/// [`PluginReload`], read back (`wasmformer reload` prints the host's answer).
+#[derive(Deserialize)]
+struct OwnedPluginReload {
+    name: String,
+    #[serde(flatten)]
+    outcome: ReloadOutcome,
+}
+
+fn plugins_from_objects<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, ReloadOutcome)>, D::Error> {
+    let entries = Vec::<OwnedPluginReload>::deserialize(deserializer)?;
+    Ok(entries.into_iter().map(|e| (e.name, e.outcome)).collect())
+}
+
+fn plugins_as_objects<S: serde::Serializer>(plugins: &[(String, ReloadOutcome)], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(plugins.iter().map(|(name, outcome)| PluginReload { name, outcome }))
 }
 
 impl Runtime {
@@ -127,7 +206,7 @@ impl Runtime {
                 drop(plugins);
                 // The worker swaps between two events: at most one call's deadline away.
                 let replayed = tokio::task::spawn_blocking(move || swapped.recv()).await.ok().and_then(Result::ok).flatten();
-                tracing::info!(plugin.id = %name, plugin.version = %&version[..12], prepare_ms, replayed, "plugin reloaded");
+                tracing::info!(plugin.id = %name, plugin.version = %short(&version), reload.prepareMs = prepare_ms, reload.replayed = replayed, "plugin reloaded");
                 ReloadOutcome::Swapped { version, prepare_ms, replayed }
             }
             Err(e) => {
@@ -276,4 +355,34 @@ pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedR
 /// Sends a request's answer; a caller that stopped waiting does not need it.
 fn answer<T>(reply: oneshot::Sender<T>, answer: T) {
     let _ = reply.send(answer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_a_list_of_objects_with_camel_case_fields() {
+        let report = ReloadReport {
+            plugins: vec![
+                ("a".into(), ReloadOutcome::Swapped { version: "0123456789abcdef".into(), prepare_ms: 41, replayed: Some(3) }),
+                ("b".into(), ReloadOutcome::Swapped { version: "fedcba9876543210".into(), prepare_ms: 2, replayed: None }),
+                ("c".into(), ReloadOutcome::Failed { error: "plugin c: cannot read c.wasm".into() }),
+                ("d".into(), ReloadOutcome::Unchanged),
+            ],
+        };
+        assert_eq!(
+            serde_json::to_value(&report).unwrap(),
+            serde_json::json!({"plugins": [
+                {"name": "a", "outcome": "swapped", "version": "0123456789abcdef", "prepareMs": 41, "replayed": 3},
+                {"name": "b", "outcome": "swapped", "version": "fedcba9876543210", "prepareMs": 2},
+                {"name": "c", "outcome": "failed", "error": "plugin c: cannot read c.wasm"},
+                {"name": "d", "outcome": "unchanged"},
+            ]})
+        );
+        let read_back: ReloadReport = serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
+        assert_eq!(read_back, report);
+        assert_eq!(report.plugins[0].1.to_string(), "swapped to 0123456789ab (prepared in 41 ms, 3 objects replayed)");
+        assert_eq!(report.plugins[2].1.to_string(), "failed: plugin c: cannot read c.wasm");
+    }
 }

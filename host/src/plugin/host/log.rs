@@ -71,9 +71,10 @@ impl LogSink {
         if self.dropped_lines > 0 {
             tracing::warn!(
                 plugin.id = %self.plugin,
-                log.dropped_lines = self.dropped_lines,
-                log.dropped_bytes = self.dropped_bytes,
-                log.budget_bytes = self.budget,
+                // Not `log.*`: tracing-subscriber's text format hides fields of that prefix.
+                output.droppedLines = self.dropped_lines,
+                output.droppedBytes = self.dropped_bytes,
+                output.budgetBytes = self.budget,
                 "plugin log output over its per-call budget was dropped"
             );
             self.dropped_bytes_total += self.dropped_bytes;

@@ -1,7 +1,8 @@
 //! What the host provides to plugins: the [`lister`] over granted stores, the [`log`], the
 //! [`writer`] (grants and limits; sending is `crate::writer`'s), and WASI locked down to nothing
-//! but clocks, randomness and captured stdout/stderr ([`stdio`]). [`legacy`] answers plugins built
-//! for contract 0.2.x with the same implementations.
+//! but clocks, randomness and captured stdout/stderr ([`stdio`]), its blocking waits bounded by
+//! the call's deadline ([`poll`]). [`legacy`] answers plugins built for contract 0.2.x with the
+//! same implementations.
 //!
 //! [`HostState`] is the per-instance store data. Every host call first checks the call's deadline
 //! and the plugin's grants; a refusal is logged with who asked for what.
@@ -9,6 +10,7 @@
 mod legacy;
 mod lister;
 mod log;
+pub(crate) mod poll;
 mod stdio;
 mod writer;
 
