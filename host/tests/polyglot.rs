@@ -261,7 +261,7 @@ fn new_build_replay(lang: &str, prepare: impl FnOnce(&Path)) {
     assert!(out.status.success(), "{}", text(&out));
     assert!(stdout.contains("info: New Pod Added to Store: web-1"), "{stdout}");
     assert!(stdout.contains("info: Pod Deleted from Store: web-0"), "{stdout}");
-    assert!(stdout.trim_end().ends_with("4 calls, 0 failed"), "{stdout}");
+    assert!(stdout.trim_end().ends_with("5 calls, 0 failed"), "{stdout}");
     let again = wasmformer_in(dir.path(), &["new", "--lang", lang, "hello-world"]);
     assert!(!again.status.success() && text(&again).contains("already exists"), "{}", text(&again));
 }
