@@ -111,9 +111,10 @@ fn js_owner_lookup_replays_like_the_rust_example() {
 #[test]
 fn python_and_js_plugins_run_on_the_dev_cluster_beside_a_rust_plugin() {
     let dir = tempfile::tempdir().unwrap();
+    // A generous deadline: an interpreter's first call (init) is slow on a loaded machine.
     let plugin = |name: &str, wasm: &str| {
         format!(
-            "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n    read: [{{apiVersion: apps/v1, kind: ReplicaSet}}, {{apiVersion: apps/v1, kind: Deployment}}]\n"
+            "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n    read: [{{apiVersion: apps/v1, kind: ReplicaSet}}, {{apiVersion: apps/v1, kind: Deployment}}]\n    limits: {{deadline: 2s}}\n"
         )
     };
     let config = dir.path().join("config.yaml");
