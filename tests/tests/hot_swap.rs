@@ -915,7 +915,7 @@ async fn a_failed_re_subscription_shows_once_and_a_removed_failed_plugin_leaves_
     assert!(error.contains("does not serve"), "{error}");
     assert_eq!(names().await, ["rec"], "the plugin is listed once");
     let st = status(&runtime, "rec").await;
-    assert!(st.last_swap_error.as_deref().is_some_and(|e| e.contains("does not serve")), "{st:?}");
+    assert!(st.last_swap_error.as_ref().is_some_and(|e| e.message.contains("does not serve")), "{st:?}");
     assert_eq!(st.version, versions.v1);
     assert_eq!(probe(&s, "rec", "still-serving").await["tag"], "v1");
 

@@ -61,7 +61,16 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         let events = dir.join("events.yaml");
         let exe = std::env::current_exe().context("find the wasmformer executable")?;
         eprintln!("replaying {}", events.display());
-        let status = Command::new(exe).arg("replay").arg("--plugin").arg(&wasm).arg("--events").arg(&events).status()?;
+        // An interpreter's first call (init) can take over the default 100 ms on a busy machine.
+        let deadline = if Lang::detect(&dir)? == Lang::Rust { "100ms" } else { "2s" };
+        let status = Command::new(exe)
+            .arg("replay")
+            .arg("--plugin")
+            .arg(&wasm)
+            .arg("--events")
+            .arg(&events)
+            .args(["--deadline", deadline])
+            .status()?;
         return Ok(ExitCode::from(status.code().unwrap_or(2) as u8));
     }
     Ok(ExitCode::SUCCESS)

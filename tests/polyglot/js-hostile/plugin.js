@@ -25,8 +25,8 @@ class Hostile extends Plugin {
       throw new TypeError(`refusing ${name} on purpose`);
     }
     if (name.startsWith("open")) {
-      // No file API exists in the sandbox: neither `fs` nor `fetch` of a file URL.
-      const text = globalThis.fetch ? globalThis.fetch("file:///etc/hostname") : globalThis.require("fs").readFileSync("/etc/hostname");
+      // Node's way; the sandbox has no `require` and no `fs` (and `fetch`, disabled, traps).
+      const text = globalThis.require("fs").readFileSync("/etc/hostname");
       info(`read a file: ${text}`);
     }
     if (name.startsWith("flood")) {
