@@ -318,7 +318,7 @@ fn js_toolchain() -> PathBuf {
 #[test]
 fn the_committed_typescript_types_are_generated_from_the_wit() {
     let out = tempfile::tempdir().unwrap();
-    let status = Command::new("node").arg(js_toolchain().join("gentypes.mjs")).arg(repo_root().join("wit")).arg(out.path()).status().unwrap();
+    let status = Command::new("node").arg(js_toolchain().join("gentypes.mjs")).arg(repo_root().join("host/wit-0.2")).arg(out.path()).status().unwrap();
     assert!(status.success());
     let committed = repo_root().join("guest-sdk/js/types");
     for file in [
@@ -357,7 +357,7 @@ fn a_js_component_that_imports_wasi_http_is_refused_naming_the_flag() {
             "export const handler = { init(c) {}, onAdd(o, i) {}, onUpdate(a, b) {}, onDelete(o, f) {} };\n",
         )
         .unwrap();
-        let status = Command::new("node").arg(&driver).arg(dir.path().join("plugin.js")).arg(repo_root().join("wit")).arg(&wasm).status().unwrap();
+        let status = Command::new("node").arg(&driver).arg(dir.path().join("plugin.js")).arg(repo_root().join("host/wit-0.2")).arg(&wasm).status().unwrap();
         assert!(status.success());
     }
     let err = LoadedPlugin::load(&PluginEngine::new(Some(compile_cache())).unwrap(), "fetcher", &wasm).unwrap_err();
