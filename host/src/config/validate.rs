@@ -340,7 +340,8 @@ plugins:
   - {name: c, wasm: c.wasm, handles: [{apiVersion: v1, kind: Pod}], onSwap: rebuild}
 "#;
         let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
-        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(problems.iter().all(|p| p.position.is_some()), "every problem is located: {problems:#?}");
+        let text: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
         let has = |at: &str, what: &str| text.iter().any(|p| p.starts_with(at) && p.contains(what));
         assert!(has("clustr", "unknown field"), "{text:#?}");
         assert!(has("plugins[0].name", "invalid plugin name"), "{text:#?}");
@@ -361,7 +362,7 @@ plugins:
   - {name: a, wasm: a.wasm, handles: [{apiVersion: v1, kind: Pod}], indexes: [{apiVersion: v1, kind: Node, name: n, field: spec.x}]}
   - {name: a, wasm: b.wasm, handles: [{apiVersion: v1, kind: Pod}]}
 "#;
-        let text: Vec<String> = HostConfig::parse(dup, PathBuf::new()).unwrap_err().iter().map(ToString::to_string).collect();
+        let text: Vec<String> = HostConfig::parse(dup, PathBuf::new()).unwrap_err().iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
         assert!(text.iter().any(|p| p.starts_with("plugins[1].name: duplicate plugin name")), "{text:#?}");
         assert!(text.iter().any(|p| p.contains("index on v1 Node, which the plugin neither handles nor reads")), "{text:#?}");
     }
