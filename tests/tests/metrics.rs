@@ -160,7 +160,7 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     assert_eq!(value(&scrape, "wasmformer_lister_calls_total", &[("plugin", "rec"), ("kind", "v1 Pod"), ("result", "ok")]), 3.0, "{text}");
     assert_eq!(value(&scrape, "wasmformer_plugin_swaps_total", &[("plugin", "rec"), ("result", "ok")]), 1.0);
     assert_eq!(value(&scrape, "wasmformer_plugin_swaps_total", &[("plugin", "rec"), ("result", "error")]), 1.0);
-    assert_eq!(value(&scrape, "wasmformer_plugin_info", &[("plugin", "rec"), ("version", &v2), ("contract", "0.2.0")]), 1.0, "{text}");
+    assert_eq!(value(&scrape, "wasmformer_plugin_info", &[("plugin", "rec"), ("version", &v2), ("contract", wasmformer::plugin::CONTRACT_VERSION)]), 1.0, "{text}");
     assert_eq!(value(&scrape, "wasmformer_plugin_info", &[("plugin", "rec"), ("version", &v1)]), 0.0, "the old version's info is gone");
 
     // The queue: a sync marker and three adds, all delivered.

@@ -90,13 +90,14 @@ async fn the_status_page_shows_what_status_says() {
         let shown = |field: &str| cell(&dom, "plugin", name, field);
         assert_eq!(shown("version"), plugin["version"].as_str().unwrap()[..12]);
         assert_eq!(shown("contract"), plugin["contract"].as_str().unwrap());
-        assert_eq!(shown("contract"), "0.2.0");
+        assert_eq!(shown("contract"), wasmformer::plugin::CONTRACT_VERSION, "the guests are built for the current contract");
         assert_eq!(shown("synced"), "yes");
         assert_eq!(shown("calls"), plugin["calls"].to_string());
         assert_eq!(shown("failures"), plugin["failures"].to_string());
         assert_eq!(shown("queueDepth"), plugin["queueDepth"].to_string());
         assert_eq!(shown("swaps"), plugin["swaps"].to_string());
-        assert_eq!(shown("lastError"), plugin["lastError"].as_str().unwrap_or(""));
+        let error = if plugin["lastSwapError"].is_null() { &plugin["lastError"] } else { &plugin["lastSwapError"] };
+        assert_eq!(shown("lastError"), error["message"].as_str().unwrap_or(""));
     }
     assert_eq!(cell(&dom, "plugin", "pan", "failures"), "1");
     assert!(cell(&dom, "plugin", "pan", "lastError").contains("boom: the plugin panicked on purpose"), "{dom}");
