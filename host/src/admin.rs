@@ -59,8 +59,13 @@ pub struct InformerReport {
     pub relists: u64,
     /// Watch failures.
     pub errors: u64,
-    /// Objects the cache refused.
+    /// Lists started, the first included.
+    pub lists: u64,
+    /// Objects refused: of another kind than the informer's, over `host.maxObjectBytes`, or not
+    /// cacheable.
     pub rejected: u64,
+    /// Watch events that could not be decoded (each restarted the watch).
+    pub undecodable: u64,
     /// The most recent watch failure (kept after recovery).
     pub last_error: Option<TimedError>,
     /// How the initial content is fetched: `list` or `streaming` (`null` before the first
@@ -86,7 +91,9 @@ impl InformerReport {
             events: status.events,
             relists: status.relists,
             errors: status.errors,
+            lists: status.lists,
             rejected: status.rejected,
+            undecodable: status.undecodable,
             last_error: status.last_error.map(|e| TimedError::new(e.at, e.message)),
             list_strategy: status.list_strategy,
         }

@@ -253,7 +253,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("resource", "string"), ("apiVersion", "string"), ("kind", "string"), ("namespace", "null"), ("labelSelector", "null"),
         ("fieldSelector", "null"), ("metadataOnly", "bool"), ("synced", "bool"), ("syncedAt", "string"), ("objects", "number"),
         ("subscribers", "number"), ("events", "number"), ("relists", "number"), ("errors", "number"), ("rejected", "number"),
-        ("lastError", "null"), ("listStrategy", "string"),
+        ("lists", "number"), ("undecodable", "number"), ("lastError", "null"), ("listStrategy", "string"),
     ];
     assert_eq!(sorted(shape(pods)), sorted(expected_informer.iter().map(|(k, t)| (k.to_string(), *t)).collect()), "{pods}");
     assert_eq!((pods["apiVersion"].as_str(), pods["kind"].as_str(), pods["subscribers"].as_u64()), (Some("v1"), Some("Pod"), Some(2)));
