@@ -15,23 +15,51 @@ fn main() {
             let path = entry.unwrap().path();
             if path.join("Cargo.toml").exists() {
                 let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                crates.push((format!("{prefix}{name}"), name.to_uppercase().replace('-', "_")));
+                crates.push((
+                    format!("{prefix}{name}"),
+                    name.to_uppercase().replace('-', "_"),
+                ));
             }
         }
     }
     crates.sort();
-    for watched in ["wit", "guest-sdk", "examples", "tests/guests", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "wit",
+        "guest-sdk",
+        "examples",
+        "tests/guests",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
 
     let target_dir = root.join("target/wasm");
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo.current_dir(&root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(&target_dir);
+    cargo
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target_dir);
     for (package, _) in &crates {
         cargo.args(["-p", package]);
     }
     // The outer build's settings are for the host target, not for wasm.
-    for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WORKSPACE_WRAPPER", "CARGO_MAKEFLAGS", "MAKEFLAGS", "MFLAGS"] {
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+    ] {
         cargo.env_remove(var);
     }
     let status = cargo.status().expect("run cargo to build the wasm plugins");
@@ -40,13 +68,26 @@ fn main() {
         "building the wasm plugins failed; is the target installed? run `rustup target add wasm32-wasip2`"
     );
 
-    let mut out = String::from("// Paths of the wasm components built from examples/ and tests/guests/.\n");
+    let mut out =
+        String::from("// Paths of the wasm components built from examples/ and tests/guests/.\n");
     for (package, constant) in &crates {
-        let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{}.wasm", package.replace('-', "_")));
+        let wasm = target_dir
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", package.replace('-', "_")));
         assert!(wasm.exists(), "{} was not built", wasm.display());
-        out += &format!("pub const {constant}: &str = {:?};\n", wasm.display().to_string());
+        out += &format!(
+            "pub const {constant}: &str = {:?};\n",
+            wasm.display().to_string()
+        );
     }
-    out += &format!("pub const ALL: &[(&str, &str)] = &[{}];\n", crates.iter().map(|(p, c)| format!("({p:?}, {c})")).collect::<Vec<_>>().join(", "));
+    out += &format!(
+        "pub const ALL: &[(&str, &str)] = &[{}];\n",
+        crates
+            .iter()
+            .map(|(p, c)| format!("({p:?}, {c})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let dest = Path::new(&std::env::var("OUT_DIR").unwrap()).join("guests.rs");
     std::fs::write(dest, out).unwrap();
 }

@@ -34,8 +34,8 @@ pub use error::{Error, Result};
 pub use k8s_openapi;
 pub use lister::ListerError;
 pub use object::{Gvk, Object};
-pub use writer::WriteError;
 pub use serde_json;
+pub use writer::WriteError;
 
 /// The bindings generated from `wit/`; plugin code never needs them.
 #[doc(hidden)]
@@ -92,6 +92,7 @@ pub trait Plugin: Default + 'static {
 /// wasmformer_guest::export!(MyPlugin);
 /// ```
 #[macro_export]
+#[rustfmt::skip] // rustfmt indents the nested bindings macro call differently on every run
 macro_rules! export {
     ($plugin:ty) => {
         const _: () = {

@@ -58,7 +58,11 @@ impl From<wit::Error> for ListerError {
 
 /// The [`Gvk`] of a k8s-openapi type, e.g. `gvk_of::<Pod>()` is `("", "v1", "Pod")`.
 pub fn gvk_of<K: Resource>() -> Gvk {
-    Gvk { group: K::GROUP.to_owned(), version: K::VERSION.to_owned(), kind: K::KIND.to_owned() }
+    Gvk {
+        group: K::GROUP.to_owned(),
+        version: K::VERSION.to_owned(),
+        kind: K::KIND.to_owned(),
+    }
 }
 
 /// The object `namespace`/`name` of type `K` (namespace empty for cluster-scoped kinds).
@@ -71,12 +75,21 @@ pub fn list<K: Resource + DeserializeOwned>(
     namespace: Option<&str>,
     label_selector: &str,
 ) -> Result<Vec<K>, ListerError> {
-    list_objects(&gvk_of::<K>(), namespace, label_selector)?.into_iter().map(decode).collect()
+    list_objects(&gvk_of::<K>(), namespace, label_selector)?
+        .into_iter()
+        .map(decode)
+        .collect()
 }
 
 /// Objects of type `K` whose index `index` holds `value`.
-pub fn by_index<K: Resource + DeserializeOwned>(index: &str, value: &str) -> Result<Vec<K>, ListerError> {
-    objects_by_index(&gvk_of::<K>(), index, value)?.into_iter().map(decode).collect()
+pub fn by_index<K: Resource + DeserializeOwned>(
+    index: &str,
+    value: &str,
+) -> Result<Vec<K>, ListerError> {
+    objects_by_index(&gvk_of::<K>(), index, value)?
+        .into_iter()
+        .map(decode)
+        .collect()
 }
 
 /// [`get`] for any kind, custom resources included, without decoding.
@@ -85,13 +98,23 @@ pub fn get_object(kind: &Gvk, namespace: &str, name: &str) -> Result<Object, Lis
 }
 
 /// [`list`] for any kind, without decoding.
-pub fn list_objects(kind: &Gvk, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Object>, ListerError> {
-    Ok(wit::list(kind, namespace, label_selector)?.into_iter().map(Object::from).collect())
+pub fn list_objects(
+    kind: &Gvk,
+    namespace: Option<&str>,
+    label_selector: &str,
+) -> Result<Vec<Object>, ListerError> {
+    Ok(wit::list(kind, namespace, label_selector)?
+        .into_iter()
+        .map(Object::from)
+        .collect())
 }
 
 /// [`by_index`] for any kind, without decoding.
 pub fn objects_by_index(kind: &Gvk, index: &str, value: &str) -> Result<Vec<Object>, ListerError> {
-    Ok(wit::by_index(kind, index, value)?.into_iter().map(Object::from).collect())
+    Ok(wit::by_index(kind, index, value)?
+        .into_iter()
+        .map(Object::from)
+        .collect())
 }
 
 fn decode<K: DeserializeOwned>(obj: Object) -> Result<K, ListerError> {

@@ -49,24 +49,57 @@ impl Object {
         for (end, (at, _)) in ends.iter_mut().zip(meta.match_indices('\0')) {
             *end = at;
         }
-        Self { meta, ends, body, kind: OnceLock::new(), label_starts: OnceLock::new() }
+        Self {
+            meta,
+            ends,
+            body,
+            kind: OnceLock::new(),
+            label_starts: OnceLock::new(),
+        }
     }
 
     /// Builds an object from its parts; for tests and native benchmarks of plugin code.
-    pub fn new(kind: &Gvk, namespace: &str, name: &str, uid: &str, resource_version: &str, labels: &[(&str, &str)], body: String) -> Self {
-        let fixed = [kind.group.as_str(), &kind.version, &kind.kind, namespace, name, uid, resource_version];
-        let fields: Vec<&str> = fixed.into_iter().chain(labels.iter().flat_map(|(k, v)| [*k, *v])).collect();
+    pub fn new(
+        kind: &Gvk,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+        labels: &[(&str, &str)],
+        body: String,
+    ) -> Self {
+        let fixed = [
+            kind.group.as_str(),
+            &kind.version,
+            &kind.kind,
+            namespace,
+            name,
+            uid,
+            resource_version,
+        ];
+        let fields: Vec<&str> = fixed
+            .into_iter()
+            .chain(labels.iter().flat_map(|(k, v)| [*k, *v]))
+            .collect();
         Self::packed(fields.join("\0"), body)
     }
 
     fn field(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { (self.ends[i - 1] + 1).min(self.meta.len()) };
+        let start = if i == 0 {
+            0
+        } else {
+            (self.ends[i - 1] + 1).min(self.meta.len())
+        };
         &self.meta[start..self.ends[i]]
     }
 
     /// The object's group, version and kind.
     pub fn kind(&self) -> &Gvk {
-        self.kind.get_or_init(|| Gvk { group: self.field(0).to_owned(), version: self.field(1).to_owned(), kind: self.field(2).to_owned() })
+        self.kind.get_or_init(|| Gvk {
+            group: self.field(0).to_owned(),
+            version: self.field(1).to_owned(),
+            kind: self.field(2).to_owned(),
+        })
     }
 
     /// `metadata.namespace`; empty for cluster-scoped objects.
@@ -92,7 +125,12 @@ impl Object {
     /// `metadata.labels` as `(key, value)` pairs, in key order.
     pub fn labels(&self) -> Labels<'_> {
         let starts = self.label_starts();
-        Labels { meta: &self.meta, starts, next: 0, len: (starts.len().saturating_sub(1)) / 2 }
+        Labels {
+            meta: &self.meta,
+            starts,
+            next: 0,
+            len: (starts.len().saturating_sub(1)) / 2,
+        }
     }
 
     /// The value of label `key`, if set.
@@ -113,11 +151,19 @@ impl Object {
     fn label_starts(&self) -> &[u32] {
         self.label_starts.get_or_init(|| {
             let from = self.ends[FIXED - 1] + 1;
-            let Some(section) = self.meta.get(from..) else { return Box::default() };
+            let Some(section) = self.meta.get(from..) else {
+                return Box::default();
+            };
             let mut starts = Vec::with_capacity(17);
             starts.push(from as u32);
             // A plain byte loop: fields are short, so restarting a memchr per field costs more.
-            starts.extend(section.bytes().enumerate().filter(|(_, b)| *b == 0).map(|(at, _)| (from + at + 1) as u32));
+            starts.extend(
+                section
+                    .bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == 0)
+                    .map(|(at, _)| (from + at + 1) as u32),
+            );
             starts.push(self.meta.len() as u32 + 1);
             starts.into_boxed_slice()
         })
@@ -188,38 +234,99 @@ mod tests {
     use super::*;
 
     fn pod() -> Gvk {
-        Gvk { group: String::new(), version: "v1".into(), kind: "Pod".into() }
+        Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        }
     }
 
     #[test]
     fn reads_the_packed_fields_and_labels() {
-        let obj = Object::new(&pod(), "shop", "web-1", "u-1", "42", &[("app", "web"), ("tier", "")], "{}".into());
-        assert_eq!((obj.namespace(), obj.name(), obj.uid(), obj.resource_version()), ("shop", "web-1", "u-1", "42"));
+        let obj = Object::new(
+            &pod(),
+            "shop",
+            "web-1",
+            "u-1",
+            "42",
+            &[("app", "web"), ("tier", "")],
+            "{}".into(),
+        );
+        assert_eq!(
+            (
+                obj.namespace(),
+                obj.name(),
+                obj.uid(),
+                obj.resource_version()
+            ),
+            ("shop", "web-1", "u-1", "42")
+        );
         assert_eq!(obj.kind(), &pod());
-        assert_eq!(obj.labels().collect::<Vec<_>>(), [("app", "web"), ("tier", "")]);
-        assert_eq!((obj.label("tier"), obj.label("app"), obj.label("nope"), obj.label("")), (Some(""), Some("web"), None, None));
+        assert_eq!(
+            obj.labels().collect::<Vec<_>>(),
+            [("app", "web"), ("tier", "")]
+        );
+        assert_eq!(
+            (
+                obj.label("tier"),
+                obj.label("app"),
+                obj.label("nope"),
+                obj.label("")
+            ),
+            (Some(""), Some("web"), None, None)
+        );
         assert_eq!(obj.labels().len(), 2);
-        let many: Vec<(String, String)> = (0..9).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+        let many: Vec<(String, String)> =
+            (0..9).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
         let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let obj = Object::new(&pod(), "ns", "n", "u", "1", &many, String::new());
         for (k, v) in &many {
             assert_eq!(obj.label(k), Some(*v), "{k}");
         }
-        assert_eq!((obj.label("k"), obj.label("k10"), obj.label("z")), (None, None, None));
+        assert_eq!(
+            (obj.label("k"), obj.label("k10"), obj.label("z")),
+            (None, None, None)
+        );
     }
 
     #[test]
     fn empty_fields_and_no_labels() {
-        let obj = Object::new(&Gvk { group: "rbac.authorization.k8s.io".into(), version: "v1".into(), kind: "ClusterRole".into() }, "", "admin", "", "", &[], String::new());
-        assert_eq!((obj.namespace(), obj.name(), obj.uid(), obj.resource_version()), ("", "admin", "", ""));
+        let obj = Object::new(
+            &Gvk {
+                group: "rbac.authorization.k8s.io".into(),
+                version: "v1".into(),
+                kind: "ClusterRole".into(),
+            },
+            "",
+            "admin",
+            "",
+            "",
+            &[],
+            String::new(),
+        );
+        assert_eq!(
+            (
+                obj.namespace(),
+                obj.name(),
+                obj.uid(),
+                obj.resource_version()
+            ),
+            ("", "admin", "", "")
+        );
         assert_eq!(obj.kind().group, "rbac.authorization.k8s.io");
         assert_eq!(obj.labels().count(), 0);
     }
 
     #[test]
     fn a_short_meta_reads_as_empty_fields_rather_than_panicking() {
-        let obj = Object::from(types::Object { meta: "\0v1\0Pod".into(), body: String::new() });
-        assert_eq!((obj.kind().kind.as_str(), obj.name(), obj.resource_version()), ("Pod", "", ""));
+        let obj = Object::from(types::Object {
+            meta: "\0v1\0Pod".into(),
+            body: String::new(),
+        });
+        assert_eq!(
+            (obj.kind().kind.as_str(), obj.name(), obj.resource_version()),
+            ("Pod", "", "")
+        );
         assert_eq!(obj.labels().count(), 0);
     }
 }

@@ -80,12 +80,18 @@ pub enum WriteError {
 impl WriteError {
     /// For a conflict: the other field managers named in its causes (e.g. `kubectl`).
     pub fn conflicting_managers(&self) -> Vec<String> {
-        let Self::Conflict { causes, message } = self else { return Vec::new() };
+        let Self::Conflict { causes, message } = self else {
+            return Vec::new();
+        };
         let mut managers: Vec<String> = causes
             .iter()
             .map(|c| c.message.as_str())
             .chain([message.as_str()])
-            .flat_map(|text| text.split("conflict with \"").skip(1).filter_map(|rest| rest.split('"').next().map(str::to_owned)))
+            .flat_map(|text| {
+                text.split("conflict with \"")
+                    .skip(1)
+                    .filter_map(|rest| rest.split('"').next().map(str::to_owned))
+            })
             .collect();
         managers.sort();
         managers.dedup();
@@ -96,8 +102,14 @@ impl WriteError {
 impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Forbidden { by: RefusedBy::Grant, message } => write!(f, "forbidden (not granted): {message}"),
-            Self::Forbidden { by: RefusedBy::Server, message } => write!(f, "forbidden (by the API server): {message}"),
+            Self::Forbidden {
+                by: RefusedBy::Grant,
+                message,
+            } => write!(f, "forbidden (not granted): {message}"),
+            Self::Forbidden {
+                by: RefusedBy::Server,
+                message,
+            } => write!(f, "forbidden (by the API server): {message}"),
             Self::Invalid { message, .. } => write!(f, "invalid: {message}"),
             Self::Conflict { message, .. } => write!(f, "conflict: {message}"),
             Self::NotFound(message) => write!(f, "not found: {message}"),
@@ -111,15 +123,31 @@ impl fmt::Display for WriteError {
 impl std::error::Error for WriteError {}
 
 fn causes(causes: Vec<wit::Cause>) -> Vec<Cause> {
-    causes.into_iter().map(|c| Cause { field: c.field, reason: c.reason, message: c.message }).collect()
+    causes
+        .into_iter()
+        .map(|c| Cause {
+            field: c.field,
+            reason: c.reason,
+            message: c.message,
+        })
+        .collect()
 }
 
 impl From<wit::Error> for WriteError {
     fn from(e: wit::Error) -> Self {
         match e {
-            wit::Error::Forbidden(f) => Self::Forbidden { by: f.refused_by, message: f.message },
-            wit::Error::Invalid(d) => Self::Invalid { message: d.message, causes: causes(d.causes) },
-            wit::Error::Conflict(d) => Self::Conflict { message: d.message, causes: causes(d.causes) },
+            wit::Error::Forbidden(f) => Self::Forbidden {
+                by: f.refused_by,
+                message: f.message,
+            },
+            wit::Error::Invalid(d) => Self::Invalid {
+                message: d.message,
+                causes: causes(d.causes),
+            },
+            wit::Error::Conflict(d) => Self::Conflict {
+                message: d.message,
+                causes: causes(d.causes),
+            },
             wit::Error::NotFound(m) => Self::NotFound(m),
             wit::Error::Throttled(m) => Self::Throttled(m),
             wit::Error::Unavailable(m) => Self::Unavailable(m),
@@ -150,7 +178,11 @@ fn encode<T: Serialize + ?Sized>(obj: &T) -> Result<String, WriteError> {
 }
 
 fn target(kind: Gvk, namespace: &str, name: &str) -> wit::Target {
-    wit::Target { kind, namespace: namespace.to_owned(), name: name.to_owned() }
+    wit::Target {
+        kind,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 /// Server-side apply of `obj` (a k8s-openapi type or a `serde_json::Value` with apiVersion,
@@ -161,23 +193,57 @@ pub fn apply<T: Serialize + ?Sized>(obj: &T) -> Result<String, WriteError> {
 
 /// [`apply`] with options: `force` to take over conflicting fields, `status` for the status
 /// subresource.
-pub fn apply_with<T: Serialize + ?Sized>(obj: &T, options: ApplyOptions) -> Result<String, WriteError> {
-    Ok(wit::apply(&encode(obj)?, wit::ApplyOptions { force: options.force, status: options.status })?)
+pub fn apply_with<T: Serialize + ?Sized>(
+    obj: &T,
+    options: ApplyOptions,
+) -> Result<String, WriteError> {
+    Ok(wit::apply(
+        &encode(obj)?,
+        wit::ApplyOptions {
+            force: options.force,
+            status: options.status,
+        },
+    )?)
 }
 
 /// [`apply_with`] of a manifest already encoded as JSON (sent as it is).
 pub fn apply_json(manifest: &str, options: ApplyOptions) -> Result<String, WriteError> {
-    Ok(wit::apply(manifest, wit::ApplyOptions { force: options.force, status: options.status })?)
+    Ok(wit::apply(
+        manifest,
+        wit::ApplyOptions {
+            force: options.force,
+            status: options.status,
+        },
+    )?)
 }
 
 /// JSON merge patch of the `K` `namespace`/`name`: `patch::<Pod>("shop", "web-1", json!({..}))`.
 pub fn patch<K: Resource>(namespace: &str, name: &str, body: Value) -> Result<String, WriteError> {
-    patch_with(&gvk_of::<K>(), namespace, name, PatchType::Merge, &body, false)
+    patch_with(
+        &gvk_of::<K>(),
+        namespace,
+        name,
+        PatchType::Merge,
+        &body,
+        false,
+    )
 }
 
 /// Any patch of any kind (custom resources included), to the object or its `status`.
-pub fn patch_with(kind: &Gvk, namespace: &str, name: &str, patch_type: PatchType, body: &Value, status: bool) -> Result<String, WriteError> {
-    Ok(wit::patch(&target(kind.clone(), namespace, name), patch_type, &encode(body)?, status)?)
+pub fn patch_with(
+    kind: &Gvk,
+    namespace: &str,
+    name: &str,
+    patch_type: PatchType,
+    body: &Value,
+    status: bool,
+) -> Result<String, WriteError> {
+    Ok(wit::patch(
+        &target(kind.clone(), namespace, name),
+        patch_type,
+        &encode(body)?,
+        status,
+    )?)
 }
 
 /// Creates `obj`; returns the object as the server stored it, as JSON.
@@ -187,18 +253,43 @@ pub fn create<T: Serialize + ?Sized>(obj: &T) -> Result<String, WriteError> {
 
 /// Deletes the `K` `namespace`/`name`.
 pub fn delete<K: Resource>(namespace: &str, name: &str) -> Result<(), WriteError> {
-    delete_with(&gvk_of::<K>(), namespace, name, Propagation::Default, &Preconditions::default())
+    delete_with(
+        &gvk_of::<K>(),
+        namespace,
+        name,
+        Propagation::Default,
+        &Preconditions::default(),
+    )
 }
 
 /// Deletes any kind, with a propagation policy and preconditions.
-pub fn delete_with(kind: &Gvk, namespace: &str, name: &str, propagation: Propagation, preconditions: &Preconditions) -> Result<(), WriteError> {
-    let preconditions = wit::Preconditions { uid: preconditions.uid.clone(), resource_version: preconditions.resource_version.clone() };
-    Ok(wit::delete(&target(kind.clone(), namespace, name), propagation, &preconditions)?)
+pub fn delete_with(
+    kind: &Gvk,
+    namespace: &str,
+    name: &str,
+    propagation: Propagation,
+    preconditions: &Preconditions,
+) -> Result<(), WriteError> {
+    let preconditions = wit::Preconditions {
+        uid: preconditions.uid.clone(),
+        resource_version: preconditions.resource_version.clone(),
+    };
+    Ok(wit::delete(
+        &target(kind.clone(), namespace, name),
+        propagation,
+        &preconditions,
+    )?)
 }
 
 /// Records an Event about `regarding` (an object a handler received), reported by
 /// `wasmformer/<plugin-name>`; repeats aggregate into one Event with a growing count.
-pub fn event(regarding: &Object, event_type: EventType, reason: &str, action: &str, note: &str) -> Result<(), WriteError> {
+pub fn event(
+    regarding: &Object,
+    event_type: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) -> Result<(), WriteError> {
     let reference = wit::ObjectReference {
         kind: regarding.kind().clone(),
         namespace: regarding.namespace().to_owned(),

@@ -102,8 +102,16 @@ impl InformerReport {
 
 /// Collects the host's status.
 pub async fn host_status(runtime: &Runtime) -> HostStatus {
-    let informers = runtime.informers().statuses().into_iter().map(|(key, status)| InformerReport::new(&key, status)).collect();
-    HostStatus { plugins: runtime.statuses().await, informers }
+    let informers = runtime
+        .informers()
+        .statuses()
+        .into_iter()
+        .map(|(key, status)| InformerReport::new(&key, status))
+        .collect();
+    HostStatus {
+        plugins: runtime.statuses().await,
+        informers,
+    }
 }
 
 #[derive(Clone)]
@@ -119,9 +127,15 @@ pub async fn serve(
     runtime: Arc<Runtime>,
     token: Option<String>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let state = Admin { runtime, token: token.map(|t| t.trim().into()) };
+    let state = Admin {
+        runtime,
+        token: token.map(|t| t.trim().into()),
+    };
     let app = Router::new()
-        .route("/", get(|| async { axum::response::Html(include_str!("admin/status.html")) }))
+        .route(
+            "/",
+            get(|| async { axum::response::Html(include_str!("admin/status.html")) }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
@@ -140,13 +154,23 @@ pub async fn serve(
 }
 
 async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
-    if admin.runtime.is_synced().await { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "plugins not synced yet") }
+    if admin.runtime.is_synced().await {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "plugins not synced yet")
+    }
 }
 
 async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> axum::response::Response {
-    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
     let format = crate::metrics::Format::from_accept(accept);
-    ([(axum::http::header::CONTENT_TYPE, format.content_type())], admin.runtime.metrics().encode(format)).into_response()
+    (
+        [(axum::http::header::CONTENT_TYPE, format.content_type())],
+        admin.runtime.metrics().encode(format),
+    )
+        .into_response()
 }
 
 async fn status(State(admin): State<Admin>) -> Json<HostStatus> {
@@ -158,24 +182,43 @@ struct ReloadQuery {
     plugin: Option<String>,
 }
 
-async fn reload(State(admin): State<Admin>, headers: HeaderMap, Query(query): Query<ReloadQuery>) -> axum::response::Response {
+async fn reload(
+    State(admin): State<Admin>,
+    headers: HeaderMap,
+    Query(query): Query<ReloadQuery>,
+) -> axum::response::Response {
     let Some(token) = &admin.token else {
         tracing::warn!("reload over HTTP refused: no host.adminTokenFile configured");
-        return (StatusCode::FORBIDDEN, "reload over HTTP is disabled: set host.adminTokenFile\n").into_response();
+        return (
+            StatusCode::FORBIDDEN,
+            "reload over HTTP is disabled: set host.adminTokenFile\n",
+        )
+            .into_response();
     };
-    let presented = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
     if presented.map(str::trim) != Some(&**token) {
         tracing::warn!("reload over HTTP refused: missing or wrong bearer token");
         return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
     }
     let report = match &query.plugin {
         Some(name) => match admin.runtime.reload_plugin(name, false).await {
-            Ok(outcome) => crate::runtime::ReloadReport { plugins: vec![(name.to_string(), outcome)] },
+            Ok(outcome) => crate::runtime::ReloadReport {
+                plugins: vec![(name.to_string(), outcome)],
+            },
             Err(e) => return (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
         },
         None => match admin.runtime.reload_config().await {
             Ok(report) => report,
-            Err(e) => return (StatusCode::UNPROCESSABLE_ENTITY, format!("{}\n", crate::error_chain(&e))).into_response(),
+            Err(e) => {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("{}\n", crate::error_chain(&e)),
+                )
+                    .into_response();
+            }
         },
     };
     Json(report).into_response()

@@ -10,7 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::ObjectMeta;
 use serde::Serialize;
 
@@ -45,18 +47,39 @@ type Rules = BTreeMap<(Scope, String, String), BTreeSet<&'static str>>;
 
 /// The RBAC objects `config` needs; `resolve` turns a configured kind into its resource (or says
 /// why it cannot).
-pub fn objects(config: &HostConfig, options: &RbacOptions, mut resolve: impl FnMut(&KindRef) -> Result<Resource, String>) -> Result<Vec<serde_json::Value>, String> {
+pub fn objects(
+    config: &HostConfig,
+    options: &RbacOptions,
+    mut resolve: impl FnMut(&KindRef) -> Result<Resource, String>,
+) -> Result<Vec<serde_json::Value>, String> {
     let mut rules = Rules::new();
     let mut add = |scope: Scope, resource: &Resource, sub: &str, verbs: &[&'static str]| {
         let scope = if resource.namespaced { scope } else { None };
-        rules.entry((scope, resource.group.clone(), format!("{}{sub}", resource.plural))).or_default().extend(verbs);
+        rules
+            .entry((
+                scope,
+                resource.group.clone(),
+                format!("{}{sub}", resource.plural),
+            ))
+            .or_default()
+            .extend(verbs);
     };
     for plugin in &config.plugins {
         for handle in &plugin.handles {
             let resource = resolve(&handle.kind_ref())?;
-            add(handle.namespace.clone(), &resource, "", &["get", "list", "watch"]);
+            add(
+                handle.namespace.clone(),
+                &resource,
+                "",
+                &["get", "list", "watch"],
+            );
         }
-        for kind in plugin.read.iter().cloned().chain(plugin.indexes.iter().map(|i| i.kind_ref())) {
+        for kind in plugin
+            .read
+            .iter()
+            .cloned()
+            .chain(plugin.indexes.iter().map(|i| i.kind_ref()))
+        {
             add(None, &resolve(&kind)?, "", &["get", "list", "watch"]);
         }
         for grant in &plugin.write {
@@ -73,8 +96,13 @@ pub fn objects(config: &HostConfig, options: &RbacOptions, mut resolve: impl FnM
                 .copied()
                 .collect();
             let verbs: Vec<&'static str> = verbs.into_iter().collect();
-            let status_verbs: Vec<&'static str> = verbs.iter().copied().filter(|v| *v == "patch").collect();
-            let scopes: Vec<Scope> = if grant.namespaces.is_empty() { vec![None] } else { grant.namespaces.iter().cloned().map(Some).collect() };
+            let status_verbs: Vec<&'static str> =
+                verbs.iter().copied().filter(|v| *v == "patch").collect();
+            let scopes: Vec<Scope> = if grant.namespaces.is_empty() {
+                vec![None]
+            } else {
+                grant.namespaces.iter().cloned().map(Some).collect()
+            };
             for scope in scopes {
                 add(scope.clone(), &resource, "", &verbs);
                 if grant.status && !status_verbs.is_empty() {
@@ -83,7 +111,16 @@ pub fn objects(config: &HostConfig, options: &RbacOptions, mut resolve: impl FnM
             }
         }
         if plugin.events {
-            add(None, &Resource { group: "events.k8s.io".into(), plural: "events".into(), namespaced: true }, "", &["create", "patch"]);
+            add(
+                None,
+                &Resource {
+                    group: "events.k8s.io".into(),
+                    plural: "events".into(),
+                    namespaced: true,
+                },
+                "",
+                &["create", "patch"],
+            );
         }
     }
     Ok(render(&rules, options))
@@ -105,7 +142,10 @@ fn to_value<T: Serialize>(object: T) -> serde_json::Value {
 fn render(rules: &Rules, options: &RbacOptions) -> Vec<serde_json::Value> {
     let mut scopes: BTreeMap<&Scope, Vec<PolicyRule>> = BTreeMap::new();
     for ((scope, group, resource), verbs) in rules {
-        scopes.entry(scope).or_default().push(rule(group, resource, verbs));
+        scopes
+            .entry(scope)
+            .or_default()
+            .push(rule(group, resource, verbs));
     }
     let subject = options.service_account.as_ref().map(|name| Subject {
         kind: "ServiceAccount".into(),
@@ -115,20 +155,47 @@ fn render(rules: &Rules, options: &RbacOptions) -> Vec<serde_json::Value> {
     });
     let mut out = Vec::new();
     for (scope, rules) in scopes {
-        let meta = |namespace: Option<String>| ObjectMeta { name: Some(options.name.clone()), namespace, ..Default::default() };
+        let meta = |namespace: Option<String>| ObjectMeta {
+            name: Some(options.name.clone()),
+            namespace,
+            ..Default::default()
+        };
         match scope {
             None => {
-                out.push(to_value(ClusterRole { metadata: meta(None), rules: Some(rules), ..Default::default() }));
+                out.push(to_value(ClusterRole {
+                    metadata: meta(None),
+                    rules: Some(rules),
+                    ..Default::default()
+                }));
                 if let Some(subject) = &subject {
-                    let role_ref = RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: options.name.clone() };
-                    out.push(to_value(ClusterRoleBinding { metadata: meta(None), role_ref, subjects: Some(vec![subject.clone()]) }));
+                    let role_ref = RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "ClusterRole".into(),
+                        name: options.name.clone(),
+                    };
+                    out.push(to_value(ClusterRoleBinding {
+                        metadata: meta(None),
+                        role_ref,
+                        subjects: Some(vec![subject.clone()]),
+                    }));
                 }
             }
             Some(namespace) => {
-                out.push(to_value(Role { metadata: meta(Some(namespace.clone())), rules: Some(rules) }));
+                out.push(to_value(Role {
+                    metadata: meta(Some(namespace.clone())),
+                    rules: Some(rules),
+                }));
                 if let Some(subject) = &subject {
-                    let role_ref = RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: options.name.clone() };
-                    out.push(to_value(RoleBinding { metadata: meta(Some(namespace.clone())), role_ref, subjects: Some(vec![subject.clone()]) }));
+                    let role_ref = RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "Role".into(),
+                        name: options.name.clone(),
+                    };
+                    out.push(to_value(RoleBinding {
+                        metadata: meta(Some(namespace.clone())),
+                        role_ref,
+                        subjects: Some(vec![subject.clone()]),
+                    }));
                 }
             }
         }
@@ -140,7 +207,9 @@ fn render(rules: &Rules, options: &RbacOptions) -> Vec<serde_json::Value> {
 pub fn to_yaml(objects: &[serde_json::Value]) -> String {
     objects
         .iter()
-        .map(|o| serde_saphyr::to_string(o).unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n")))
+        .map(|o| {
+            serde_saphyr::to_string(o).unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n"))
+        })
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -149,10 +218,16 @@ pub fn to_yaml(objects: &[serde_json::Value]) -> String {
 /// `s`/`x`/`ch`/`sh` → `es`, else `s`.
 pub fn guess_plural(kind: &str) -> String {
     let lower = kind.to_lowercase();
-    if let Some(stem) = lower.strip_suffix('y').filter(|s| !s.ends_with(['a', 'e', 'i', 'o', 'u'])) {
+    if let Some(stem) = lower
+        .strip_suffix('y')
+        .filter(|s| !s.ends_with(['a', 'e', 'i', 'o', 'u']))
+    {
         return format!("{stem}ies");
     }
-    if ["s", "x", "ch", "sh"].iter().any(|end| lower.ends_with(end)) {
+    if ["s", "x", "ch", "sh"]
+        .iter()
+        .any(|end| lower.ends_with(end))
+    {
         return format!("{lower}es");
     }
     format!("{lower}s")
@@ -183,27 +258,62 @@ plugins:
     events: true
 "#;
         let config = HostConfig::parse(yaml, "/".into()).unwrap();
-        let options = RbacOptions { name: "wf".into(), service_account: Some("runner".into()), namespace: "ops".into() };
+        let options = RbacOptions {
+            name: "wf".into(),
+            service_account: Some("runner".into()),
+            namespace: "ops".into(),
+        };
         let namespaced = |kind: &str| kind != "Namespace";
         let objects = objects(&config, &options, |k| {
             let kind = k.kind.clone().unwrap();
-            Ok(Resource { group: k.group_version().0.to_owned(), plural: guess_plural(&kind), namespaced: namespaced(&kind) })
+            Ok(Resource {
+                group: k.group_version().0.to_owned(),
+                plural: guess_plural(&kind),
+                namespaced: namespaced(&kind),
+            })
         })
         .unwrap();
-        let kinds: Vec<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+        );
         let rules = |i: usize| -> Vec<String> {
-            objects[i]["rules"].as_array().unwrap().iter().map(|r| format!("{}/{} {}", r["apiGroups"][0].as_str().unwrap(), r["resources"][0].as_str().unwrap(), r["verbs"])).collect()
+            objects[i]["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}/{} {}",
+                        r["apiGroups"][0].as_str().unwrap(),
+                        r["resources"][0].as_str().unwrap(),
+                        r["verbs"]
+                    )
+                })
+                .collect()
         };
-        assert_eq!(rules(0), [
-            r#"/namespaces ["get","list","watch"]"#,
-            r#"apps/deployments ["delete","patch"]"#,
-            r#"apps/deployments/status ["patch"]"#,
-            r#"events.k8s.io/events ["create","patch"]"#,
-        ]);
-        assert_eq!(rules(2), [r#"/pods ["create","get","list","patch","watch"]"#]);
+        assert_eq!(
+            rules(0),
+            [
+                r#"/namespaces ["get","list","watch"]"#,
+                r#"apps/deployments ["delete","patch"]"#,
+                r#"apps/deployments/status ["patch"]"#,
+                r#"events.k8s.io/events ["create","patch"]"#,
+            ]
+        );
+        assert_eq!(
+            rules(2),
+            [r#"/pods ["create","get","list","patch","watch"]"#]
+        );
         assert_eq!(objects[2]["metadata"]["namespace"], "shop");
-        assert_eq!(objects[3]["subjects"][0], serde_json::json!({"kind": "ServiceAccount", "name": "runner", "namespace": "ops"}));
+        assert_eq!(
+            objects[3]["subjects"][0],
+            serde_json::json!({"kind": "ServiceAccount", "name": "runner", "namespace": "ops"})
+        );
         assert!(to_yaml(&objects).contains("---\n"));
     }
 }

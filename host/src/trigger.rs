@@ -24,7 +24,9 @@ fn fingerprint(runtime: &Runtime) -> Fingerprint {
     files
         .into_iter()
         .map(|path| {
-            let stamp = std::fs::metadata(&path).ok().map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+            let stamp = std::fs::metadata(&path)
+                .ok()
+                .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
             (path, stamp)
         })
         .collect()
@@ -38,7 +40,10 @@ fn seen_after_reload(before: Fingerprint, after: Fingerprint) -> Fingerprint {
     after
         .into_iter()
         .map(|(path, stamp)| {
-            let stamp = before.iter().find(|(p, _)| *p == path).map_or(stamp, |(_, before)| *before);
+            let stamp = before
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map_or(stamp, |(_, before)| *before);
             (path, stamp)
         })
         .collect()
@@ -52,13 +57,18 @@ async fn reload(runtime: &Runtime, why: &str) {
                 outcome.log(plugin);
             }
         }
-        Err(e) => tracing::error!(error = %crate::error_chain(&e), "config not reloaded; the running plugins keep serving"),
+        Err(e) => {
+            tracing::error!(error = %crate::error_chain(&e), "config not reloaded; the running plugins keep serving")
+        }
     }
 }
 
 /// Reloads on SIGHUP, and (if `watch_files`) when the config file or a wasm file changes after
 /// this returns.
-pub fn spawn(runtime: Arc<Runtime>, watch_files: bool) -> std::io::Result<tokio::task::JoinHandle<()>> {
+pub fn spawn(
+    runtime: Arc<Runtime>,
+    watch_files: bool,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     // Taken here, not in the task: a change made before the task first runs is still a change.
     let mut seen = fingerprint(&runtime);

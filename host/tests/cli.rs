@@ -12,7 +12,11 @@ use wasmformer_tests::{guests, repo_root};
 fn command(args: &[&str]) -> Command {
     let cache = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache");
     let mut command = Command::new(env!("CARGO_BIN_EXE_wasmformer"));
-    command.args(args).env("WASMFORMER_CACHE_DIR", cache).env_remove("NO_COLOR").env_remove("RUST_LOG");
+    command
+        .args(args)
+        .env("WASMFORMER_CACHE_DIR", cache)
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG");
     command
 }
 
@@ -21,20 +25,43 @@ fn wasmformer(args: &[&str]) -> Output {
 }
 
 fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 fn example(name: &str) -> String {
-    repo_root().join("examples").join(name).join("events.yaml").display().to_string()
+    repo_root()
+        .join("examples")
+        .join(name)
+        .join("events.yaml")
+        .display()
+        .to_string()
 }
 
 #[test]
 fn replay_prints_plugin_logs_and_outcomes_and_exits_zero() {
-    let out = wasmformer(&["replay", "--plugin", guests::OWNER_LOOKUP, "--events", &example("owner-lookup")]);
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::OWNER_LOOKUP,
+        "--events",
+        &example("owner-lookup"),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(stdout.contains("[owner_lookup] info: pod shop/web-5d8-x2x -> ReplicaSet web-5d8 -> Deployment web"), "{stdout}");
-    assert!(stdout.contains("add    Pod shop/standalone (rv 4) ok"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "[owner_lookup] info: pod shop/web-5d8-x2x -> ReplicaSet web-5d8 -> Deployment web"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("add    Pod shop/standalone (rv 4) ok"),
+        "{stdout}"
+    );
     assert!(stdout.trim_end().ends_with("3 calls, 0 failed"), "{stdout}");
 }
 
@@ -43,28 +70,69 @@ fn replay_exits_one_when_a_call_fails_and_names_the_cause() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("events.yaml");
     std::fs::write(&script, "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: boom, namespace: x}}\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: fine, namespace: x}}\n").unwrap();
-    let out = wasmformer(&["replay", "--plugin", guests::PANIC, "--events", script.to_str().unwrap()]);
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::PANIC,
+        "--events",
+        script.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout.contains("FAILED") && stdout.contains("boom: the plugin panicked on purpose"), "{stdout}");
-    assert!(stdout.contains("[guest_panic] info: ok fine"), "the next event is delivered: {stdout}");
+    assert!(
+        stdout.contains("FAILED") && stdout.contains("boom: the plugin panicked on purpose"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[guest_panic] info: ok fine"),
+        "the next event is delivered: {stdout}"
+    );
 }
 
 #[test]
 fn replay_marks_initial_adds_and_refuses_an_impossible_script_before_the_plugin_starts() {
-    let out = wasmformer(&["replay", "--plugin", guests::POD_LOGGER, "--events", &example("pod-logger")]);
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::POD_LOGGER,
+        "--events",
+        &example("pod-logger"),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(stdout.contains("add    Pod shop/web-0 (rv 1, initial) ok"), "{stdout}");
+    assert!(
+        stdout.contains("add    Pod shop/web-0 (rv 1, initial) ok"),
+        "{stdout}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("events.yaml");
     let pod = "{apiVersion: v1, kind: Pod, metadata: {name: a, namespace: x}}";
-    std::fs::write(&script, format!("events:\n  - add: {pod}\n  - delete: {pod}\n  - delete: {pod}\n")).unwrap();
-    let out = wasmformer(&["replay", "--plugin", guests::POD_LOGGER, "--events", script.to_str().unwrap()]);
+    std::fs::write(
+        &script,
+        format!("events:\n  - add: {pod}\n  - delete: {pod}\n  - delete: {pod}\n"),
+    )
+    .unwrap();
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::POD_LOGGER,
+        "--events",
+        script.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("events[2] (line 4): delete of Pod x/a, which is not in the cache at this point"), "{}", text(&out));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("init"), "nothing ran: {}", text(&out));
+    assert!(
+        text(&out).contains(
+            "events[2] (line 4): delete of Pod x/a, which is not in the cache at this point"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("init"),
+        "nothing ran: {}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -72,9 +140,19 @@ fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
     let dir = tempfile::tempdir().unwrap();
     let bogus = dir.path().join("bogus.wasm");
     std::fs::write(&bogus, "hello").unwrap();
-    let out = wasmformer(&["replay", "--plugin", bogus.to_str().unwrap(), "--events", &example("pod-logger")]);
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        bogus.to_str().unwrap(),
+        "--events",
+        &example("pod-logger"),
+    ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out).contains("plugin bogus:") && text(&out).contains("is not a WebAssembly file"), "{}", text(&out));
+    assert!(
+        text(&out).contains("plugin bogus:") && text(&out).contains("is not a WebAssembly file"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -107,13 +185,27 @@ fn validate_reports_every_problem_with_its_location() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(stdout.contains("2 problems"), "{stdout}");
-    assert!(stdout.contains("plugins[1].wasm: plugin wrong:") && stdout.contains("is not a wasmformer plugin"), "{stdout}");
-    assert!(stdout.contains("plugins[2].wasm: plugin missing: cannot read"), "{stdout}");
+    assert!(
+        stdout.contains("plugins[1].wasm: plugin wrong:")
+            && stdout.contains("is not a wasmformer plugin"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("plugins[2].wasm: plugin missing: cannot read"),
+        "{stdout}"
+    );
 
-    let bad = write_config(dir.path(), "plugins:\n  - name: x\n    wasm: a.wasm\n    handles: [{apiVersion: v1, kind: Pod, labelSelector: 'a in b'}]\n    limits: {deadlin: 1s}\n");
+    let bad = write_config(
+        dir.path(),
+        "plugins:\n  - name: x\n    wasm: a.wasm\n    handles: [{apiVersion: v1, kind: Pod, labelSelector: 'a in b'}]\n    limits: {deadlin: 1s}\n",
+    );
     let out = wasmformer(&["validate", "--offline", "--config", &bad]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("plugins[0].handles[0].labelSelector") && stdout.contains("plugins[0].limits.deadlin"), "{stdout}");
+    assert!(
+        stdout.contains("plugins[0].handles[0].labelSelector")
+            && stdout.contains("plugins[0].limits.deadlin"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -121,24 +213,44 @@ fn dev_runs_the_examples_against_the_embedded_cluster_with_simulated_churn() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),
-        &format!("plugins:\n  - name: pod-logger\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n", guests::POD_LOGGER),
+        &format!(
+            "plugins:\n  - name: pod-logger\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n",
+            guests::POD_LOGGER
+        ),
     );
     let kubeconfig = dir.path().join("dev.kubeconfig");
     let out = wasmformer(&[
-        "dev", "--config", &config, "--simulate", "50", "--run-for", "4s", "--kubeconfig-out", kubeconfig.to_str().unwrap(),
+        "dev",
+        "--config",
+        &config,
+        "--simulate",
+        "50",
+        "--run-for",
+        "4s",
+        "--kubeconfig-out",
+        kubeconfig.to_str().unwrap(),
     ]);
     let all = text(&out);
     assert!(out.status.success(), "{all}");
-    assert!(!out.stderr.contains(&0x1b), "colour codes in logs written to a pipe: {all}");
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "colour codes in logs written to a pipe: {all}"
+    );
     assert!(all.contains("New Pod Added to Store:"), "{all}");
     assert!(all.contains("plugin synced"), "{all}");
-    assert!(std::fs::read_to_string(&kubeconfig).unwrap().contains("wasmformer-dev"));
+    assert!(
+        std::fs::read_to_string(&kubeconfig)
+            .unwrap()
+            .contains("wasmformer-dev")
+    );
 }
 
 #[test]
 fn validate_checks_the_kinds_against_the_cluster() {
     let tokio = tokio::runtime::Runtime::new().unwrap();
-    let dev = tokio.block_on(wasmformer_devcluster::DevCluster::start(Default::default())).unwrap();
+    let dev = tokio
+        .block_on(wasmformer_devcluster::DevCluster::start(Default::default()))
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("dev.kubeconfig");
     dev.write_kubeconfig(&kubeconfig).unwrap();
@@ -153,8 +265,17 @@ fn validate_checks_the_kinds_against_the_cluster() {
     let out = wasmformer(&["validate", "--config", &config]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout.contains("plugins[0].handles[1]: plugin p: the cluster does not serve apps/v1 Gadget"), "{stdout}");
-    assert!(stdout.contains("plugins[0].read[0]: plugin p: the cluster does not serve nope.example.com/v1 Thing"), "{stdout}");
+    assert!(
+        stdout
+            .contains("plugins[0].handles[1]: plugin p: the cluster does not serve apps/v1 Gadget"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "plugins[0].read[0]: plugin p: the cluster does not serve nope.example.com/v1 Thing"
+        ),
+        "{stdout}"
+    );
     assert!(!stdout.contains("handles[0]"), "v1 Pod is served: {stdout}");
     tokio.block_on(dev.shutdown()).unwrap();
 }
@@ -165,15 +286,28 @@ fn assert_machine_readable(value: &Value, at: &str) {
     match value {
         Value::Object(map) => {
             for (key, value) in map {
-                let camel = key.split('.').all(|part| part.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && part.chars().all(|c| c.is_ascii_alphanumeric()));
+                let camel = key.split('.').all(|part| {
+                    part.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                        && part.chars().all(|c| c.is_ascii_alphanumeric())
+                });
                 assert!(camel, "{at}: key {key:?} is not camelCase");
                 assert_machine_readable(value, &format!("{at}.{key}"));
             }
         }
-        Value::Array(items) => items.iter().enumerate().for_each(|(i, v)| assert_machine_readable(v, &format!("{at}[{i}]"))),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| assert_machine_readable(v, &format!("{at}[{i}]"))),
         Value::String(text) => {
-            let debug = text.contains("Some(") || text.contains("None") && text.len() == 4
-                || text.split_whitespace().collect::<Vec<_>>().windows(3).any(|w| w[0].starts_with(char::is_uppercase) && w[1] == "{" && w[2].ends_with(':'));
+            let debug = text.contains("Some(")
+                || text.contains("None") && text.len() == 4
+                || text
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .windows(3)
+                    .any(|w| {
+                        w[0].starts_with(char::is_uppercase) && w[1] == "{" && w[2].ends_with(':')
+                    });
             assert!(!debug, "{at}: Rust debug text {text:?}");
         }
         _ => {}
@@ -190,11 +324,20 @@ fn shape(object: &Value) -> Vec<(String, &'static str)> {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     };
-    object.as_object().expect("an object").iter().map(|(k, v)| (k.clone(), kind(v))).collect()
+    object
+        .as_object()
+        .expect("an object")
+        .iter()
+        .map(|(k, v)| (k.clone(), kind(v)))
+        .collect()
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn get(url: &str) -> Option<String> {
@@ -218,16 +361,29 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     );
     let kubeconfig = dir.path().join("dev.kubeconfig");
     let log = std::fs::File::create(dir.path().join("log.json")).unwrap();
-    let mut host = command(&["--log-format", "json", "dev", "--config", &config, "--simulate", "20", "--run-for", "120s"])
-        .args(["--kubeconfig-out", kubeconfig.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut host = command(&[
+        "--log-format",
+        "json",
+        "dev",
+        "--config",
+        &config,
+        "--simulate",
+        "20",
+        "--run-for",
+        "120s",
+    ])
+    .args(["--kubeconfig-out", kubeconfig.to_str().unwrap()])
+    .stdout(Stdio::null())
+    .stderr(log)
+    .spawn()
+    .unwrap();
     let admin = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
     while get(&format!("{admin}/readyz")).as_deref() != Some("ready") {
-        assert!(started.elapsed() < Duration::from_secs(60) && host.try_wait().unwrap().is_none(), "the host did not get ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(60) && host.try_wait().unwrap().is_none(),
+            "the host did not get ready"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -236,27 +392,100 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_machine_readable(&status, "status");
     let plugins = status["plugins"].as_array().unwrap();
-    let names: Vec<&str> = plugins.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = plugins
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["a", long, "broken"], "in name order");
     let running = plugins.iter().find(|p| p["name"] == "a").unwrap();
     let expected_plugin = [
-        ("name", "string"), ("version", "string"), ("contract", "string"), ("loadedAt", "string"), ("swaps", "number"), ("calls", "number"),
-        ("failures", "number"), ("lastError", "null"), ("lastSwapError", "null"), ("queueDepth", "number"), ("synced", "bool"),
+        ("name", "string"),
+        ("version", "string"),
+        ("contract", "string"),
+        ("loadedAt", "string"),
+        ("swaps", "number"),
+        ("calls", "number"),
+        ("failures", "number"),
+        ("lastError", "null"),
+        ("lastSwapError", "null"),
+        ("queueDepth", "number"),
+        ("synced", "bool"),
     ];
-    let sorted = |mut v: Vec<(String, &'static str)>| { v.sort(); v };
-    assert_eq!(sorted(shape(running)), sorted(expected_plugin.iter().map(|(k, t)| (k.to_string(), *t)).collect()), "{running}");
+    let sorted = |mut v: Vec<(String, &'static str)>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(shape(running)),
+        sorted(
+            expected_plugin
+                .iter()
+                .map(|(k, t)| (k.to_string(), *t))
+                .collect()
+        ),
+        "{running}"
+    );
     let broken = plugins.iter().find(|p| p["name"] == "broken").unwrap();
-    assert_eq!(sorted(shape(&broken["lastError"])), [("at".to_string(), "string"), ("message".to_string(), "string")], "{broken}");
-    assert!(broken["lastError"]["message"].as_str().unwrap().contains("nowhere.wasm"), "{broken}");
-    let pods = status["informers"].as_array().unwrap().iter().find(|i| i["resource"] == "pods").expect("the Pod informer");
+    assert_eq!(
+        sorted(shape(&broken["lastError"])),
+        [
+            ("at".to_string(), "string"),
+            ("message".to_string(), "string")
+        ],
+        "{broken}"
+    );
+    assert!(
+        broken["lastError"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nowhere.wasm"),
+        "{broken}"
+    );
+    let pods = status["informers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["resource"] == "pods")
+        .expect("the Pod informer");
     let expected_informer = [
-        ("resource", "string"), ("apiVersion", "string"), ("kind", "string"), ("namespace", "null"), ("labelSelector", "null"),
-        ("fieldSelector", "null"), ("metadataOnly", "bool"), ("synced", "bool"), ("syncedAt", "string"), ("objects", "number"),
-        ("subscribers", "number"), ("events", "number"), ("relists", "number"), ("errors", "number"), ("rejected", "number"),
-        ("lists", "number"), ("undecodable", "number"), ("lastError", "null"), ("listStrategy", "string"),
+        ("resource", "string"),
+        ("apiVersion", "string"),
+        ("kind", "string"),
+        ("namespace", "null"),
+        ("labelSelector", "null"),
+        ("fieldSelector", "null"),
+        ("metadataOnly", "bool"),
+        ("synced", "bool"),
+        ("syncedAt", "string"),
+        ("objects", "number"),
+        ("subscribers", "number"),
+        ("events", "number"),
+        ("relists", "number"),
+        ("errors", "number"),
+        ("rejected", "number"),
+        ("lists", "number"),
+        ("undecodable", "number"),
+        ("lastError", "null"),
+        ("listStrategy", "string"),
     ];
-    assert_eq!(sorted(shape(pods)), sorted(expected_informer.iter().map(|(k, t)| (k.to_string(), *t)).collect()), "{pods}");
-    assert_eq!((pods["apiVersion"].as_str(), pods["kind"].as_str(), pods["subscribers"].as_u64()), (Some("v1"), Some("Pod"), Some(2)));
+    assert_eq!(
+        sorted(shape(pods)),
+        sorted(
+            expected_informer
+                .iter()
+                .map(|(k, t)| (k.to_string(), *t))
+                .collect()
+        ),
+        "{pods}"
+    );
+    assert_eq!(
+        (
+            pods["apiVersion"].as_str(),
+            pods["kind"].as_str(),
+            pods["subscribers"].as_u64()
+        ),
+        (Some("v1"), Some("Pod"), Some(2))
+    );
 
     // The table: every row's cells start (or, for counters, end) where their header does.
     let out = wasmformer(&["status", "--admin", &admin]);
@@ -264,26 +493,64 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "{table}");
     let header = lines[0];
-    for (column, right) in [("VERSION", false), ("SWAPS", true), ("CALLS", true), ("FAILED", true), ("QUEUE", true), ("SYNCED", false)] {
+    for (column, right) in [
+        ("VERSION", false),
+        ("SWAPS", true),
+        ("CALLS", true),
+        ("FAILED", true),
+        ("QUEUE", true),
+        ("SYNCED", false),
+    ] {
         let start = header.find(column).unwrap();
         let end = start + column.len();
         for row in &lines[1..] {
             let row = row.as_bytes();
-            let aligned = if right { row[end - 1] != b' ' && row.get(end) == Some(&b' ') } else { row[start - 1] == b' ' && row[start] != b' ' };
+            let aligned = if right {
+                row[end - 1] != b' ' && row.get(end) == Some(&b' ')
+            } else {
+                row[start - 1] == b' ' && row[start] != b' '
+            };
             assert!(aligned, "column {column} does not line up:\n{table}");
         }
     }
-    assert!(lines.iter().any(|l| l.starts_with(long)) && lines.iter().any(|l| l.starts_with("broken") && l.contains("nowhere.wasm")), "{table}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(long))
+            && lines
+                .iter()
+                .any(|l| l.starts_with("broken") && l.contains("nowhere.wasm")),
+        "{table}"
+    );
 
     // POST /reload: a list of objects, and the CLI's one line per plugin.
     let token = dir.path().join("token");
-    let out = wasmformer(&["reload", "--token-file", token.to_str().unwrap(), "--admin", &admin]);
+    let out = wasmformer(&[
+        "reload",
+        "--token-file",
+        token.to_str().unwrap(),
+        "--admin",
+        &admin,
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("a: unchanged") && stdout.contains(&format!("{long}: unchanged")) && stdout.contains("broken: failed: "), "{}", text(&out));
-    let answer = ureq::post(&format!("{admin}/reload?plugin=a")).header("authorization", "Bearer secret").send_empty().unwrap().body_mut().read_to_string().unwrap();
+    assert!(
+        stdout.contains("a: unchanged")
+            && stdout.contains(&format!("{long}: unchanged"))
+            && stdout.contains("broken: failed: "),
+        "{}",
+        text(&out)
+    );
+    let answer = ureq::post(&format!("{admin}/reload?plugin=a"))
+        .header("authorization", "Bearer secret")
+        .send_empty()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_machine_readable(&answer, "reload");
-    assert_eq!(answer, serde_json::json!({"plugins": [{"name": "a", "outcome": "unchanged"}]}));
+    assert_eq!(
+        answer,
+        serde_json::json!({"plugins": [{"name": "a", "outcome": "unchanged"}]})
+    );
 
     let _ = host.kill();
     let _ = host.wait();
@@ -291,7 +558,8 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     let mut ours = 0;
     // `dev` prints its banner (cluster address, kubeconfig) as plain lines before logging starts.
     for line in log.lines().filter(|l| l.starts_with('{')) {
-        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let record: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         let target = record["target"].as_str().unwrap_or_default();
         if target.starts_with("wasmformer") || target == "plugin" {
             ours += 1;
@@ -307,20 +575,56 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
 fn the_output_dropped_warning_shows_the_counts_in_both_log_formats() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("events.yaml");
-    std::fs::write(&script, "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: boom, namespace: x}}\n").unwrap();
-    let args = ["replay", "--plugin", guests::LOG_FLOOD, "--events", script.to_str().unwrap(), "--deadline", "10s"];
+    std::fs::write(
+        &script,
+        "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: boom, namespace: x}}\n",
+    )
+    .unwrap();
+    let args = [
+        "replay",
+        "--plugin",
+        guests::LOG_FLOOD,
+        "--events",
+        script.to_str().unwrap(),
+        "--deadline",
+        "10s",
+    ];
     let out = command(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}", text(&out));
-    let warning = stderr.lines().find(|l| l.contains("per-call budget was dropped")).unwrap_or_else(|| panic!("no warning: {stderr}"));
-    for field in ["output.droppedLines=", "output.droppedBytes=", "output.budgetBytes=65536"] {
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("per-call budget was dropped"))
+        .unwrap_or_else(|| panic!("no warning: {stderr}"));
+    for field in [
+        "output.droppedLines=",
+        "output.droppedBytes=",
+        "output.budgetBytes=65536",
+    ] {
         assert!(warning.contains(field), "{field} missing: {warning}");
     }
-    let out = command(&["--log-format", "json"]).args(args).output().unwrap();
+    let out = command(&["--log-format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let warning: Value = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|r| r["fields"]["message"].as_str().is_some_and(|m| m.contains("per-call budget"))).unwrap_or_else(|| panic!("no warning: {stderr}"));
-    assert!(warning["fields"]["output.droppedLines"].as_u64().unwrap() > 0, "{warning}");
-    assert!(warning["fields"]["output.droppedBytes"].as_u64().unwrap() > 0, "{warning}");
+    let warning: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| {
+            r["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("per-call budget"))
+        })
+        .unwrap_or_else(|| panic!("no warning: {stderr}"));
+    assert!(
+        warning["fields"]["output.droppedLines"].as_u64().unwrap() > 0,
+        "{warning}"
+    );
+    assert!(
+        warning["fields"]["output.droppedBytes"].as_u64().unwrap() > 0,
+        "{warning}"
+    );
 }
 
 #[test]
@@ -329,13 +633,34 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
     let script = dir.path().join("events.yaml");
     std::fs::write(&script, "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: boom, namespace: x}}\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: fine, namespace: x}}\n").unwrap();
     for (guest, cause) in [
-        (guests::DEEP_RECURSION, "stack overflow in guest_deep_recursion::depth after "),
-        (guests::PANIC, "panic or abort (wasm unreachable) in <guest_panic::Guest as wasmformer_guest::Plugin>::on_add after "),
-        (guests::MEMORY_HOG, "memory limit of 16777216 bytes exceeded"),
+        (
+            guests::DEEP_RECURSION,
+            "stack overflow in guest_deep_recursion::depth after ",
+        ),
+        (
+            guests::PANIC,
+            "panic or abort (wasm unreachable) in <guest_panic::Guest as wasmformer_guest::Plugin>::on_add after ",
+        ),
+        (
+            guests::MEMORY_HOG,
+            "memory limit of 16777216 bytes exceeded",
+        ),
     ] {
         // A generous deadline: what is tested is the report, not speed on a loaded machine.
         let args = ["--memory-bytes", "16777216", "--deadline", "5s"];
-        let out = wasmformer(&[&["replay", "--plugin", guest, "--events", script.to_str().unwrap()][..], &args].concat());
+        let out = wasmformer(
+            &[
+                &[
+                    "replay",
+                    "--plugin",
+                    guest,
+                    "--events",
+                    script.to_str().unwrap(),
+                ][..],
+                &args,
+            ]
+            .concat(),
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let failed: Vec<&str> = stdout.lines().filter(|l| l.contains("FAILED")).collect();
@@ -343,8 +668,16 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
         assert!(failed[0].contains(cause), "expected {cause:?} in {stdout}");
         // The guest's own stderr lines (`  [guest] …`) may mention a backtrace; the host's may not print one.
         let host_lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("  [")).collect();
-        assert!(host_lines.iter().all(|l| !l.contains("backtrace") && !l.starts_with("  0: ")), "no backtrace in replay's output: {stdout}");
-        assert!(stdout.contains("ok fine"), "the next event is delivered: {stdout}");
+        assert!(
+            host_lines
+                .iter()
+                .all(|l| !l.contains("backtrace") && !l.starts_with("  0: ")),
+            "no backtrace in replay's output: {stdout}"
+        );
+        assert!(
+            stdout.contains("ok fine"),
+            "the next event is delivered: {stdout}"
+        );
     }
 }
 
@@ -353,12 +686,19 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
 #[test]
 fn validate_prints_the_expected_report_for_each_invalid_config() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validate");
-    let mut cases: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
     cases.sort();
     assert!(cases.len() >= 3, "{cases:?}");
     for case in cases {
         let name = case.file_name().unwrap().to_str().unwrap();
-        let out = command(&["validate", "--offline", "--config", name]).current_dir(&dir).output().unwrap();
+        let out = command(&["validate", "--offline", "--config", name])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out));
         let actual = String::from_utf8(out.stdout).unwrap();
         let expected_file = case.with_extension("out");
@@ -366,6 +706,11 @@ fn validate_prints_the_expected_report_for_each_invalid_config() {
             std::fs::write(&expected_file, &actual).unwrap();
         }
         let expected = std::fs::read_to_string(&expected_file).unwrap_or_default();
-        assert_eq!(actual, expected, "{name}: validate's report differs from {}", expected_file.display());
+        assert_eq!(
+            actual,
+            expected,
+            "{name}: validate's report differs from {}",
+            expected_file.display()
+        );
     }
 }

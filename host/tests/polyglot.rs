@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
-use wasmformer::plugin::{CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine, PluginInstance, TrapKind};
+use wasmformer::plugin::{
+    CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine,
+    PluginInstance, TrapKind,
+};
 use wasmformer_tests::{guests, pod, pod_gvk, repo_root};
 
 /// The compile cache this binary's tests share (so each component compiles once).
@@ -37,20 +40,39 @@ fn wasmformer_in(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 /// The component built from `folder` (relative to the repository), built once per test binary
 /// and compiled once into [`compile_cache`].
 fn built(folder: &str) -> String {
     static BUILT: OnceLock<Mutex<HashMap<String, Arc<OnceLock<String>>>>> = OnceLock::new();
-    let cell = BUILT.get_or_init(Default::default).lock().unwrap().entry(folder.to_owned()).or_default().clone();
+    let cell = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(folder.to_owned())
+        .or_default()
+        .clone();
     cell.get_or_init(|| {
         let name = folder.rsplit('/').next().unwrap();
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.wasm"));
         let dir = repo_root().join(folder);
-        let build = wasmformer(&["build", dir.to_str().unwrap(), "--out", out.to_str().unwrap()]);
-        assert!(build.status.success(), "wasmformer build {folder}: {}", text(&build));
+        let build = wasmformer(&[
+            "build",
+            dir.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            build.status.success(),
+            "wasmformer build {folder}: {}",
+            text(&build)
+        );
         let inspect = wasmformer(&["inspect", out.to_str().unwrap()]);
         assert!(inspect.status.success(), "{}", text(&inspect));
         out.display().to_string()
@@ -61,9 +83,18 @@ fn built(folder: &str) -> String {
 /// `wasmformer replay`'s output with the plugin's name in each log line's tag made generic and
 /// each call's duration cut, so two builds of one plugin compare equal.
 fn replay_output(wasm: &str, events: &Path) -> String {
-    let out = wasmformer(&["replay", "--plugin", wasm, "--events", events.to_str().unwrap()]);
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        wasm,
+        "--events",
+        events.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out));
-    let tag = format!("[{}]", Path::new(wasm).file_stem().unwrap().to_string_lossy());
+    let tag = format!(
+        "[{}]",
+        Path::new(wasm).file_stem().unwrap().to_string_lossy()
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| match line.rfind(" in ") {
@@ -75,15 +106,24 @@ fn replay_output(wasm: &str, events: &Path) -> String {
 }
 
 fn assert_replays_like_rust(example: &str, rust_twin: &str, rust_wasm: &str) {
-    let events = repo_root().join("examples").join(example).join("events.yaml");
-    let twin_events = repo_root().join("examples").join(rust_twin).join("events.yaml");
+    let events = repo_root()
+        .join("examples")
+        .join(example)
+        .join("events.yaml");
+    let twin_events = repo_root()
+        .join("examples")
+        .join(rust_twin)
+        .join("events.yaml");
     assert_eq!(
         std::fs::read_to_string(&events).unwrap(),
         std::fs::read_to_string(&twin_events).unwrap(),
         "{example} keeps a copy of {rust_twin}'s events.yaml"
     );
     let expected = replay_output(rust_wasm, &twin_events);
-    assert!(expected.contains("[plugin] info:"), "the Rust example logs: {expected}");
+    assert!(
+        expected.contains("[plugin] info:"),
+        "the Rust example logs: {expected}"
+    );
     let got = replay_output(&built(&format!("examples/{example}")), &events);
     assert_eq!(got, expected, "{example} replays like {rust_twin}");
 }
@@ -141,19 +181,35 @@ fn python_and_js_plugins_run_on_the_dev_cluster_beside_a_rust_plugin() {
         kubeconfig.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stderr).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
     let said = |plugin: &str, needle: &str| {
         lines.iter().any(|l| {
             let fields = &l["fields"];
-            let span_plugin = l["span"]["plugin.id"].as_str().or(fields["plugin.id"].as_str());
-            span_plugin == Some(plugin) && fields["message"].as_str().is_some_and(|m| m.contains(needle))
+            let span_plugin = l["span"]["plugin.id"]
+                .as_str()
+                .or(fields["plugin.id"].as_str());
+            span_plugin == Some(plugin)
+                && fields["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(needle))
         })
     };
     for plugin in ["rust-pods", "python-pods", "js-pods"] {
-        assert!(said(plugin, "New Pod Added to Store:"), "{plugin} logged no add: {}", text(&out));
+        assert!(
+            said(plugin, "New Pod Added to Store:"),
+            "{plugin} logged no add: {}",
+            text(&out)
+        );
     }
     for plugin in ["python-owners", "js-owners"] {
-        assert!(said(plugin, "-> ReplicaSet"), "{plugin} followed no owner: {}", text(&out));
+        assert!(
+            said(plugin, "-> ReplicaSet"),
+            "{plugin} followed no owner: {}",
+            text(&out)
+        );
     }
     assert!(!text(&out).contains("plugin not started"), "{}", text(&out));
 }
@@ -175,16 +231,33 @@ impl Running {
             let lines = lines.clone();
             Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.clone()))
         };
-        let instance = PluginInstance::start(plugin, limits, Grants::none(), &json!({}), Some(observer)).expect("plugin starts");
-        Self { instance, lines, _engine: engine }
+        let instance =
+            PluginInstance::start(plugin, limits, Grants::none(), &json!({}), Some(observer))
+                .expect("plugin starts");
+        Self {
+            instance,
+            lines,
+            _engine: engine,
+        }
     }
 
     fn add(&mut self, name: &str) -> Result<(), CallError> {
-        self.instance.handle(&pod_gvk(), &Event::Add { obj: pod("default", name, 1), initial: false })
+        self.instance.handle(
+            &pod_gvk(),
+            &Event::Add {
+                obj: pod("default", name, 1),
+                initial: false,
+            },
+        )
     }
 
     fn messages(&self) -> Vec<String> {
-        self.lines.lock().unwrap().iter().map(|l| l.message.clone()).collect()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect()
     }
 
     fn last(&self) -> String {
@@ -197,37 +270,76 @@ fn assert_hostile_guest_is_contained(folder: &str, exception: &str) {
     let wasm = built(folder);
     // A generous deadline for the calls that are not stopped by it: an interpreter's first call
     // warms its caches, and 20,000 log calls are what is tested, not speed.
-    let limits = Limits { deadline: Duration::from_millis(1500), memory_bytes: 48 << 20, log_bytes_per_call: 4096, ..Default::default() };
+    let limits = Limits {
+        deadline: Duration::from_millis(1500),
+        memory_bytes: 48 << 20,
+        log_bytes_per_call: 4096,
+        ..Default::default()
+    };
     let mut plugin = Running::start(&wasm, limits);
     plugin.add("fine-1").unwrap();
     plugin.add("fine-2").unwrap();
-    assert_eq!(plugin.last(), "ok fine-2 call 2", "state on the plugin object lasts between calls");
+    assert_eq!(
+        plugin.last(),
+        "ok fine-2 call 2",
+        "state on the plugin object lasts between calls"
+    );
 
     // An exception is the call's error with its type and message; the instance lives on.
     let err = plugin.add("raise-1").unwrap_err();
-    assert!(matches!(&err, CallError::Handler(m) if m == &format!("{exception}: refusing raise-1 on purpose")), "{err:?}");
+    assert!(
+        matches!(&err, CallError::Handler(m) if m == &format!("{exception}: refusing raise-1 on purpose")),
+        "{err:?}"
+    );
     plugin.add("fine-3").unwrap();
-    assert_eq!(plugin.last(), "ok fine-3 call 4", "an exception keeps the instance and its state");
+    assert_eq!(
+        plugin.last(),
+        "ok fine-3 call 4",
+        "an exception keeps the instance and its state"
+    );
 
     // No file can be opened: the attempt fails the call and names why.
     let err = plugin.add("open-1").unwrap_err();
     assert!(matches!(&err, CallError::Handler(_)), "{err:?}");
-    assert!(!plugin.messages().iter().any(|m| m.starts_with("read a file")), "{:?}", plugin.messages());
+    assert!(
+        !plugin
+            .messages()
+            .iter()
+            .any(|m| m.starts_with("read a file")),
+        "{:?}",
+        plugin.messages()
+    );
 
     // A log flood is capped per call and the call succeeds.
     let before = plugin.messages().len();
     plugin.add("flood-1").unwrap();
     let flooded: usize = plugin.messages()[before..].iter().map(String::len).sum();
-    assert!(flooded <= 4096, "logged {flooded} bytes over a 4096-byte budget");
-    assert!(plugin.messages()[before..].iter().all(|m| m.starts_with("flood line")), "the rest of the call's log is dropped");
+    assert!(
+        flooded <= 4096,
+        "logged {flooded} bytes over a 4096-byte budget"
+    );
+    assert!(
+        plugin.messages()[before..]
+            .iter()
+            .all(|m| m.starts_with("flood line")),
+        "the rest of the call's log is dropped"
+    );
     plugin.add("fine-after-flood").unwrap();
-    assert_eq!(plugin.last(), "ok fine-after-flood call 7", "the next call logs again");
+    assert_eq!(
+        plugin.last(),
+        "ok fine-after-flood call 7",
+        "the next call logs again"
+    );
 
     // An infinite loop is stopped at the deadline; the next event gets a fresh instance.
     let err = plugin.add("loop-1").unwrap_err();
     assert_eq!(err.trap_kind(), Some(TrapKind::Deadline), "{err:?}");
     plugin.add("fine-4").unwrap();
-    assert_eq!(plugin.last(), "ok fine-4 call 1", "a trap recreates the instance (state is lost)");
+    assert_eq!(
+        plugin.last(),
+        "ok fine-4 call 1",
+        "a trap recreates the instance (state is lost)"
+    );
 
     // Unbounded allocation is stopped at the memory limit.
     let err = plugin.add("grow-1").unwrap_err();
@@ -235,7 +347,10 @@ fn assert_hostile_guest_is_contained(folder: &str, exception: &str) {
     plugin.add("fine-5").unwrap();
     assert_eq!(plugin.last(), "ok fine-5 call 1");
     assert_eq!(plugin.instance.instantiations(), 3);
-    assert_eq!((plugin.instance.calls(), plugin.instance.failures()), (11, 4));
+    assert_eq!(
+        (plugin.instance.calls(), plugin.instance.failures()),
+        (11, 4)
+    );
 }
 
 #[test]
@@ -253,18 +368,32 @@ fn new_build_replay(lang: &str, prepare: impl FnOnce(&Path)) {
     let dir = tempfile::tempdir().unwrap();
     let new = wasmformer_in(dir.path(), &["new", "--lang", lang, "hello-world"]);
     assert!(new.status.success(), "{}", text(&new));
-    assert!(String::from_utf8_lossy(&new.stdout).contains("wasmformer build hello-world --replay"), "{}", text(&new));
+    assert!(
+        String::from_utf8_lossy(&new.stdout).contains("wasmformer build hello-world --replay"),
+        "{}",
+        text(&new)
+    );
     let plugin = dir.path().join("hello-world");
     assert!(plugin.join("events.yaml").is_file() && plugin.join("README.md").is_file());
     prepare(&plugin);
     let out = wasmformer_in(dir.path(), &["build", "hello-world", "--replay"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(stdout.contains("info: New Pod Added to Store: web-1"), "{stdout}");
-    assert!(stdout.contains("info: Pod Deleted from Store: web-0"), "{stdout}");
+    assert!(
+        stdout.contains("info: New Pod Added to Store: web-1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("info: Pod Deleted from Store: web-0"),
+        "{stdout}"
+    );
     assert!(stdout.trim_end().ends_with("5 calls, 0 failed"), "{stdout}");
     let again = wasmformer_in(dir.path(), &["new", "--lang", lang, "hello-world"]);
-    assert!(!again.status.success() && text(&again).contains("already exists"), "{}", text(&again));
+    assert!(
+        !again.status.success() && text(&again).contains("already exists"),
+        "{}",
+        text(&again)
+    );
 }
 
 #[test]
@@ -285,14 +414,22 @@ fn new_then_build_replays_a_rust_plugin() {
         std::fs::copy(repo_root().join("Cargo.lock"), plugin.join("Cargo.lock")).unwrap();
         std::fs::create_dir_all(plugin.join(".cargo")).unwrap();
         let target = repo_root().join("target/wasm").canonicalize().unwrap();
-        std::fs::write(plugin.join(".cargo/config.toml"), format!("[build]\ntarget-dir = {:?}\n", target.display().to_string())).unwrap();
+        std::fs::write(
+            plugin.join(".cargo/config.toml"),
+            format!("[build]\ntarget-dir = {:?}\n", target.display().to_string()),
+        )
+        .unwrap();
     });
 }
 
 #[test]
 fn new_refuses_a_name_that_is_not_a_plugin_name() {
     let out = wasmformer(&["new", "--lang", "python", "Bad_Name"]);
-    assert!(!out.status.success() && text(&out).contains("use lowercase letters, digits and '-'"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("use lowercase letters, digits and '-'"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -301,24 +438,48 @@ fn validate_warns_when_a_plugin_starts_above_its_memory_limit() {
     let config = dir.path().join("config.yaml");
     let wasm = built("examples/python-pod-logger");
     std::fs::write(&config, format!("plugins:\n  - name: tight\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n    limits: {{memoryBytes: 4194304}}\n  - name: roomy\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n")).unwrap();
-    let out = wasmformer(&["validate", "--offline", "--config", config.to_str().unwrap()]);
+    let out = wasmformer(&[
+        "validate",
+        "--offline",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("warning: plugins[0].limits.memoryBytes: tight starts with"), "{stdout}");
-    assert!(stdout.contains("more than its limit of 4194304"), "{stdout}");
-    assert!(!stdout.contains("plugins[1]"), "the default limit is enough: {stdout}");
+    assert!(
+        stdout.contains("warning: plugins[0].limits.memoryBytes: tight starts with"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("more than its limit of 4194304"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("plugins[1]"),
+        "the default limit is enough: {stdout}"
+    );
 }
 
 /// The JavaScript toolchain's folder (installed if missing).
 fn js_toolchain() -> PathBuf {
     let out = wasmformer(&["toolchain", "js"]);
     assert!(out.status.success(), "{}", text(&out));
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).split_whitespace().nth(1).expect("toolchain folder"))
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .expect("toolchain folder"),
+    )
 }
 
 #[test]
 fn the_committed_typescript_types_are_generated_from_the_wit() {
     let out = tempfile::tempdir().unwrap();
-    let status = Command::new("node").arg(js_toolchain().join("gentypes.mjs")).arg(repo_root().join("host/wit-0.2")).arg(out.path()).status().unwrap();
+    let status = Command::new("node")
+        .arg(js_toolchain().join("gentypes.mjs"))
+        .arg(repo_root().join("host/wit-0.2"))
+        .arg(out.path())
+        .status()
+        .unwrap();
     assert!(status.success());
     let committed = repo_root().join("guest-sdk/js/types");
     for file in [
@@ -328,14 +489,21 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
         "interfaces/wasmformer-plugin-log.d.ts",
         "interfaces/wasmformer-plugin-types.d.ts",
     ] {
-        let generated = std::fs::read_to_string(out.path().join(file)).unwrap_or_else(|e| panic!("{file} was not generated: {e}"));
+        let generated = std::fs::read_to_string(out.path().join(file))
+            .unwrap_or_else(|e| panic!("{file} was not generated: {e}"));
         assert_eq!(
             std::fs::read_to_string(committed.join(file)).unwrap(),
             generated,
             "guest-sdk/js/types/{file} is stale: regenerate it with `node gentypes.mjs wit guest-sdk/js/types` in the JS toolchain's folder"
         );
     }
-    assert_eq!(std::fs::read_dir(committed.join("interfaces")).unwrap().count(), 4, "one declaration file per interface");
+    assert_eq!(
+        std::fs::read_dir(committed.join("interfaces"))
+            .unwrap()
+            .count(),
+        4,
+        "one declaration file per interface"
+    );
 }
 
 #[test]
@@ -357,19 +525,46 @@ fn a_js_component_that_imports_wasi_http_is_refused_naming_the_flag() {
             "export const handler = { init(c) {}, onAdd(o, i) {}, onUpdate(a, b) {}, onDelete(o, f) {} };\n",
         )
         .unwrap();
-        let status = Command::new("node").arg(&driver).arg(dir.path().join("plugin.js")).arg(repo_root().join("host/wit-0.2")).arg(&wasm).status().unwrap();
+        let status = Command::new("node")
+            .arg(&driver)
+            .arg(dir.path().join("plugin.js"))
+            .arg(repo_root().join("host/wit-0.2"))
+            .arg(&wasm)
+            .status()
+            .unwrap();
         assert!(status.success());
     }
-    let err = LoadedPlugin::load(&PluginEngine::new(Some(compile_cache())).unwrap(), "fetcher", &wasm).unwrap_err();
+    let err = LoadedPlugin::load(
+        &PluginEngine::new(Some(compile_cache())).unwrap(),
+        "fetcher",
+        &wasm,
+    )
+    .unwrap_err();
     let message = format!("{:#}", anyhow::Error::from(err));
-    assert!(message.contains("imports what the host does not provide: wasi:http/"), "{message}");
-    assert!(message.contains("disableFeatures: [\"http\", \"fetch-event\"]"), "{message}");
+    assert!(
+        message.contains("imports what the host does not provide: wasi:http/"),
+        "{message}"
+    );
+    assert!(
+        message.contains("disableFeatures: [\"http\", \"fetch-event\"]"),
+        "{message}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, format!("plugins:\n  - name: fetcher\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n", wasm.display()))
         .unwrap();
-    let out = wasmformer(&["validate", "--offline", "--config", config.to_str().unwrap()]);
+    let out = wasmformer(&[
+        "validate",
+        "--offline",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout.contains("plugins[0].wasm: plugin fetcher:") && stdout.contains("wasi:http/") && stdout.contains("fetch-event"), "{stdout}");
+    assert!(
+        stdout.contains("plugins[0].wasm: plugin fetcher:")
+            && stdout.contains("wasi:http/")
+            && stdout.contains("fetch-event"),
+        "{stdout}"
+    );
 }

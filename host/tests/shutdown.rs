@@ -29,8 +29,17 @@ fn cluster(sleep_ms: u64, shutdown_timeout: &str) -> (Cluster, String) {
     let dev = tokio.block_on(async {
         let dev = DevCluster::start(Default::default()).await.unwrap();
         let client = dev.client().unwrap();
-        let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some("queued".into()), ..Default::default() }, ..Default::default() };
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some("queued".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
         let pods: Api<Pod> = Api::namespaced(client, "queued");
         for i in 0..PODS {
             let pod = serde_json::from_value(serde_json::json!({
@@ -42,7 +51,8 @@ fn cluster(sleep_ms: u64, shutdown_timeout: &str) -> (Cluster, String) {
         }
         dev
     });
-    dev.write_kubeconfig(dir.path().join("dev.kubeconfig")).unwrap();
+    dev.write_kubeconfig(dir.path().join("dev.kubeconfig"))
+        .unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,
@@ -53,7 +63,14 @@ fn cluster(sleep_ms: u64, shutdown_timeout: &str) -> (Cluster, String) {
     )
     .unwrap();
     let config = config.display().to_string();
-    (Cluster { _tokio: tokio, _dev: dev, dir }, config)
+    (
+        Cluster {
+            _tokio: tokio,
+            _dev: dev,
+            dir,
+        },
+        config,
+    )
 }
 
 /// The host's log lines, collected as they come.
@@ -66,7 +83,10 @@ impl Host {
     fn start(config: &str, dir: &std::path::Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wasmformer"))
             .args(["--log-format", "json", "run", "--config", config])
-            .env("WASMFORMER_CACHE_DIR", std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"))
+            .env(
+                "WASMFORMER_CACHE_DIR",
+                std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+            )
             .env("RUST_LOG", "info")
             .current_dir(dir)
             .stdout(Stdio::null())
@@ -86,7 +106,12 @@ impl Host {
 
     /// How many events the recorder handled (one JSON log line each).
     fn handled(&self) -> usize {
-        self.lines.lock().unwrap().iter().filter(|l| l.contains(r#"\"event\":\"add\""#)).count()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(r#"\"event\":\"add\""#))
+            .count()
     }
 
     fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
@@ -108,7 +133,11 @@ impl Host {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "the host did not exit: {}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "the host did not exit: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -133,8 +162,17 @@ fn sigterm_delivers_what_is_queued_and_exits_zero() {
     host.sigterm();
     let status = host.wait();
     assert_eq!(status.code(), Some(0), "{}", host.log());
-    assert_eq!(host.handled(), PODS, "every queued event is delivered before the exit: {}", host.log());
-    assert!(host.log().contains("SIGTERM received, stopping"), "{}", host.log());
+    assert_eq!(
+        host.handled(),
+        PODS,
+        "every queued event is delivered before the exit: {}",
+        host.log()
+    );
+    assert!(
+        host.log().contains("SIGTERM received, stopping"),
+        "{}",
+        host.log()
+    );
 }
 
 #[test]
@@ -143,10 +181,20 @@ fn a_second_sigterm_exits_at_once_without_delivering_the_rest() {
     let mut host = Host::start(&config, cluster.dir.path());
     host.wait_until("the first event was handled", |h| h.handled() >= 1);
     host.sigterm();
-    host.wait_until("the shutdown started", |h| h.log().contains("SIGTERM received, stopping"));
+    host.wait_until("the shutdown started", |h| {
+        h.log().contains("SIGTERM received, stopping")
+    });
     host.sigterm();
     let status = host.wait();
     assert_eq!(status.code(), Some(143), "{}", host.log());
-    assert!(host.handled() < PODS, "the rest of the queue was not delivered: {}", host.log());
-    assert!(host.log().contains("second signal during shutdown"), "{}", host.log());
+    assert!(
+        host.handled() < PODS,
+        "the rest of the queue was not delivered: {}",
+        host.log()
+    );
+    assert!(
+        host.log().contains("second signal during shutdown"),
+        "{}",
+        host.log()
+    );
 }

@@ -90,7 +90,12 @@ impl Options {
         while let Some(arg) = args.next() {
             let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
             match arg.as_str() {
-                "--pods" => options.counts = value()?.split(',').map(|n| n.trim().replace('_', "").parse()).collect::<Result<_, _>>()?,
+                "--pods" => {
+                    options.counts = value()?
+                        .split(',')
+                        .map(|n| n.trim().replace('_', "").parse())
+                        .collect::<Result<_, _>>()?
+                }
                 "--concurrency" => options.concurrency = value()?.parse()?,
                 "--namespaces" => options.namespaces = value()?.parse()?,
                 "--create-budget" => options.create_budget = Duration::from_secs(value()?.parse()?),
@@ -100,8 +105,14 @@ impl Options {
                 other => bail!("unknown argument {other:?}"),
             }
         }
-        ensure!(!options.counts.is_empty() && options.counts.windows(2).all(|w| w[0] < w[1]), "--pods: increasing counts");
-        ensure!(options.concurrency > 0 && options.namespaces > 0, "--concurrency and --namespaces must be positive");
+        ensure!(
+            !options.counts.is_empty() && options.counts.windows(2).all(|w| w[0] < w[1]),
+            "--pods: increasing counts"
+        );
+        ensure!(
+            options.concurrency > 0 && options.namespaces > 0,
+            "--concurrency and --namespaces must be positive"
+        );
         Ok(options)
     }
 }
@@ -119,12 +130,26 @@ struct PodFactory {
 impl PodFactory {
     fn new(namespaces: Vec<String>) -> Self {
         let mut pod = realistic_pod();
-        let status = pod.as_object_mut().unwrap().remove("status").expect("the fixture has a status");
+        let status = pod
+            .as_object_mut()
+            .unwrap()
+            .remove("status")
+            .expect("the fixture has a status");
         let metadata = pod["metadata"].as_object_mut().unwrap();
-        for field in ["resourceVersion", "uid", "creationTimestamp", "managedFields", "namespace"] {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "managedFields",
+            "namespace",
+        ] {
             metadata.remove(field);
         }
-        Self { template: serde_json::from_value(pod).expect("the fixture is a Pod"), status: json!({ "status": status }), namespaces }
+        Self {
+            template: serde_json::from_value(pod).expect("the fixture is a Pod"),
+            status: json!({ "status": status }),
+            namespaces,
+        }
     }
 
     fn namespace(&self, i: usize) -> &str {
@@ -156,12 +181,17 @@ struct PodTimes {
 }
 
 /// Retries a request a few times on errors that a loaded server may give (timeouts, 429, 5xx).
-async fn with_retries<T, F: std::future::Future<Output = kube::Result<T>>>(mut request: impl FnMut() -> F) -> Result<T> {
+async fn with_retries<T, F: std::future::Future<Output = kube::Result<T>>>(
+    mut request: impl FnMut() -> F,
+) -> Result<T> {
     let mut attempt = 0;
     loop {
         match request().await {
             Ok(v) => return Ok(v),
-            Err(e) if attempt < 5 && !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 422 || s.code == 403) => {
+            Err(e)
+                if attempt < 5
+                    && !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 422 || s.code == 403) =>
+            {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
             }
@@ -171,11 +201,17 @@ async fn with_retries<T, F: std::future::Future<Output = kube::Result<T>>>(mut r
 }
 
 /// Creates Pods `range` (and patches in their status) with `concurrency` requests in flight.
-async fn create_pods(client: &kube::Client, factory: &Arc<PodFactory>, range: std::ops::Range<usize>, concurrency: usize) -> Result<Vec<PodTimes>> {
+async fn create_pods(
+    client: &kube::Client,
+    factory: &Arc<PodFactory>,
+    range: std::ops::Range<usize>,
+    concurrency: usize,
+) -> Result<Vec<PodTimes>> {
     let next = Arc::new(AtomicUsize::new(range.start));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (client, factory, next, end) = (client.clone(), factory.clone(), next.clone(), range.end);
+        let (client, factory, next, end) =
+            (client.clone(), factory.clone(), next.clone(), range.end);
         tasks.push(tokio::spawn(async move {
             let mut done = Vec::new();
             loop {
@@ -185,16 +221,30 @@ async fn create_pods(client: &kube::Client, factory: &Arc<PodFactory>, range: st
                 }
                 let api: Api<Pod> = Api::namespaced(client.clone(), factory.namespace(i));
                 let pod = factory.pod(i);
-                let (post, patch, status) = (PostParams::default(), PatchParams::default(), Patch::Merge(&factory.status));
+                let (post, patch, status) = (
+                    PostParams::default(),
+                    PatchParams::default(),
+                    Patch::Merge(&factory.status),
+                );
                 let create_sent = Instant::now();
-                with_retries(|| api.create(&post, &pod)).await.with_context(|| format!("create pod {i}"))?;
+                with_retries(|| api.create(&post, &pod))
+                    .await
+                    .with_context(|| format!("create pod {i}"))?;
                 let create_done = Instant::now();
                 let name = name_of(i);
                 let status_sent = Instant::now();
                 with_retries(|| api.patch_status(&name, &patch, &status))
                     .await
                     .with_context(|| format!("patch the status of pod {i}"))?;
-                done.push((i, PodTimes { create_sent, create_done, status_sent, status_done: Instant::now() }));
+                done.push((
+                    i,
+                    PodTimes {
+                        create_sent,
+                        create_done,
+                        status_sent,
+                        status_done: Instant::now(),
+                    },
+                ));
             }
         }));
     }
@@ -204,7 +254,10 @@ async fn create_pods(client: &kube::Client, factory: &Arc<PodFactory>, range: st
             times[i - range.start] = Some(t);
         }
     }
-    Ok(times.into_iter().map(|t| t.expect("every pod was created")).collect())
+    Ok(times
+        .into_iter()
+        .map(|t| t.expect("every pod was created"))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,20 +271,31 @@ struct ProcMem {
 }
 
 fn proc_mem(pid: u32) -> Result<ProcMem> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("read /proc/{pid}/status"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
     let field = |name: &str| -> u64 {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .map_or(0, |kb| kb * 1024)
     };
-    Ok(ProcMem { rss: field("VmRSS:"), hwm: field("VmHWM:") })
+    Ok(ProcMem {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+    })
 }
 
 /// Resets `VmHWM` to the current RSS (`echo 5 > /proc/PID/clear_refs`).
 fn reset_peak(pid: u32) -> Result<()> {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").with_context(|| format!("reset the peak RSS of {pid}"))
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .with_context(|| format!("reset the peak RSS of {pid}"))
 }
 
 /// RSS of the host by kind of mapping (from `/proc/<pid>/smaps`), in bytes.
@@ -257,10 +321,16 @@ fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
         let first = fields.next().unwrap_or_default();
         if first.contains('-') && !first.ends_with(':') {
             let (start, end) = first.split_once('-').unwrap();
-            size = u64::from_str_radix(end, 16).unwrap_or(0).saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
+            size = u64::from_str_radix(end, 16)
+                .unwrap_or(0)
+                .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
             path = fields.nth(4).unwrap_or_default().to_owned();
         } else if first == "Rss:" {
-            let rss = fields.next().and_then(|kb| kb.parse::<u64>().ok()).unwrap_or(0) * 1024;
+            let rss = fields
+                .next()
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024;
             let slot = if path.ends_with(".cwasm") {
                 &mut breakdown.wasm_code
             } else if path.starts_with('/') {
@@ -334,18 +404,32 @@ fn stop_child(child: &mut Child) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `GET path` over HTTP/1.1; the status code and body.
 fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("malformed HTTP response")?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP response")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     Ok((code, body))
 }
 
@@ -359,7 +443,11 @@ struct HostProcess {
 impl HostProcess {
     fn start(work: &Path, kubeconfig: &Path, wasm: &str) -> Result<Self> {
         let binary = repo_root().join("target/release/wasmformer");
-        ensure!(binary.exists(), "{} is missing: run `cargo build --release -p wasmformer`", binary.display());
+        ensure!(
+            binary.exists(),
+            "{} is missing: run `cargo build --release -p wasmformer`",
+            binary.display()
+        );
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
         let config = work.join("host.yaml");
         std::fs::write(
@@ -369,7 +457,10 @@ impl HostProcess {
                 kubeconfig.display()
             ),
         )?;
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(work.join("host.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(work.join("host.log"))?;
         let started = Instant::now();
         let child = Command::new(binary)
             .arg("--cache-dir")
@@ -380,7 +471,11 @@ impl HostProcess {
             .stderr(log)
             .spawn()
             .context("start wasmformer run")?;
-        Ok(Self { child, admin, started })
+        Ok(Self {
+            child,
+            admin,
+            started,
+        })
     }
 
     fn pid(&self) -> u32 {
@@ -397,7 +492,10 @@ impl HostProcess {
             if let Some(status) = self.child.try_wait()? {
                 bail!("wasmformer run exited ({status}) before it was ready");
             }
-            ensure!(Instant::now() < deadline, "wasmformer run not ready after {timeout:?}");
+            ensure!(
+                Instant::now() < deadline,
+                "wasmformer run not ready after {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -410,7 +508,12 @@ impl HostProcess {
         ensure!(informer.is_object(), "no informer in /status: {body}");
         let number = |field: &str| informer[field].as_u64().unwrap_or(0);
         let strategy = informer["listStrategy"].as_str().unwrap_or("?");
-        Ok((number("events"), number("relists"), number("objects"), strategy.to_owned()))
+        Ok((
+            number("events"),
+            number("relists"),
+            number("objects"),
+            strategy.to_owned(),
+        ))
     }
 }
 
@@ -443,17 +546,32 @@ impl GoInformer {
     fn start(kubeconfig: &Path, record: bool) -> Result<Self> {
         let started = Instant::now();
         let mut child = Command::new(harness_binaries().join("informer"))
-            .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--resource", "pods", "--stats-every", "1s"])
+            .args([
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--resource",
+                "pods",
+                "--stats-every",
+                "1s",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .context("start the client-go informer")?;
-        let state = Arc::new(Mutex::new(GoState { recorded: record.then(Vec::new), ..GoState::default() }));
+        let state = Arc::new(Mutex::new(GoState {
+            recorded: record.then(Vec::new),
+            ..GoState::default()
+        }));
         let (stdout, shared) = (child.stdout.take().unwrap(), state.clone());
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let read_at = Instant::now();
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
                 let mut state = shared.lock().unwrap();
                 match v["event"].as_str() {
                     Some("add") => state.adds += 1,
@@ -461,7 +579,8 @@ impl GoInformer {
                     Some("synced") => state.synced = true,
                     Some("stats") => {
                         let n = |f: &str| v[f].as_u64().unwrap_or(0);
-                        state.stats = Some((n("rssBytes"), n("objects") as usize, n("heapInuseBytes")));
+                        state.stats =
+                            Some((n("rssBytes"), n("objects") as usize, n("heapInuseBytes")));
                         continue;
                     }
                     _ => {}
@@ -471,7 +590,11 @@ impl GoInformer {
                 }
             }
         });
-        Ok(Self { child, state, started })
+        Ok(Self {
+            child,
+            state,
+            started,
+        })
     }
 
     fn pid(&self) -> u32 {
@@ -483,7 +606,12 @@ impl GoInformer {
     }
 
     /// Waits until `done` holds of what it printed; the time since its start.
-    fn wait(&mut self, what: &str, timeout: Duration, done: impl Fn(&GoState) -> bool) -> Result<Duration> {
+    fn wait(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&GoState) -> bool,
+    ) -> Result<Duration> {
         let deadline = Instant::now() + timeout;
         loop {
             if self.with(&done) {
@@ -492,7 +620,10 @@ impl GoInformer {
             if let Some(status) = self.child.try_wait()? {
                 bail!("the client-go informer exited ({status}) while waiting for {what}");
             }
-            ensure!(Instant::now() < deadline, "the client-go informer: no {what} after {timeout:?}");
+            ensure!(
+                Instant::now() < deadline,
+                "the client-go informer: no {what} after {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -524,14 +655,22 @@ impl Gate {
         let gate = self.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { continue };
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
                 if !gate.open.load(Ordering::Relaxed) {
                     continue; // dropped: the client sees its connection closed
                 }
                 let task = tokio::spawn(async move {
                     if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
                         let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
-                        let _ = tokio::io::copy_bidirectional_with_sizes(&mut inbound, &mut outbound, 64 << 10, 64 << 10).await;
+                        let _ = tokio::io::copy_bidirectional_with_sizes(
+                            &mut inbound,
+                            &mut outbound,
+                            64 << 10,
+                            64 << 10,
+                        )
+                        .await;
                     }
                 });
                 let mut connections = gate.connections.lock().unwrap();
@@ -570,7 +709,11 @@ impl Probe {
         Arc::new(move |line: &LogLine| {
             if probe.recording.load(Ordering::Relaxed) {
                 let at = Instant::now();
-                probe.lines.lock().unwrap().push((line.plugin.clone(), at, line.message.clone()));
+                probe
+                    .lines
+                    .lock()
+                    .unwrap()
+                    .push((line.plugin.clone(), at, line.message.clone()));
             }
         })
     }
@@ -583,19 +726,42 @@ impl Probe {
 const PLUGINS: [&str; 3] = ["first", "second", "third"];
 
 /// Starts the three-plugin runtime on `host_rt`, with its own client; waits until synced.
-fn start_runtime(host_rt: &tokio::runtime::Runtime, server: &Arc<KubeApiserver>, probe: &Arc<Probe>, cache: &Path) -> Result<(Arc<Runtime>, Duration)> {
+fn start_runtime(
+    host_rt: &tokio::runtime::Runtime,
+    server: &Arc<KubeApiserver>,
+    probe: &Arc<Probe>,
+    cache: &Path,
+) -> Result<(Arc<Runtime>, Duration)> {
     let yaml: String = PLUGINS
         .iter()
-        .map(|name| format!("  - name: {name}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n", guests::RECORDER))
+        .map(|name| {
+            format!(
+                "  - name: {name}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n",
+                guests::RECORDER
+            )
+        })
         .collect();
-    let config = HostConfig::parse(&format!("host:\n  watchConfig: false\nplugins:\n{yaml}"), "/".into()).map_err(|p| anyhow::anyhow!("{p:?}"))?;
-    let engine = Arc::new(PluginEngine::new(Some(cache.to_owned())).map_err(|e| anyhow::anyhow!("engine: {e}"))?);
-    let options = RuntimeOptions { log_observer: Some(probe.observer()), ..RuntimeOptions::default() };
+    let config = HostConfig::parse(
+        &format!("host:\n  watchConfig: false\nplugins:\n{yaml}"),
+        "/".into(),
+    )
+    .map_err(|p| anyhow::anyhow!("{p:?}"))?;
+    let engine = Arc::new(
+        PluginEngine::new(Some(cache.to_owned())).map_err(|e| anyhow::anyhow!("engine: {e}"))?,
+    );
+    let options = RuntimeOptions {
+        log_observer: Some(probe.observer()),
+        ..RuntimeOptions::default()
+    };
     let server = server.clone();
     host_rt.block_on(async move {
         let started = Instant::now();
         let runtime = Runtime::start(config, server.admin().await, engine, options).await;
-        ensure!(runtime.wait_synced(Duration::from_secs(1800)).await, "the runtime did not sync: {:#?}", runtime.statuses().await);
+        ensure!(
+            runtime.wait_synced(Duration::from_secs(1800)).await,
+            "the runtime did not sync: {:#?}",
+            runtime.statuses().await
+        );
         Ok((runtime, started.elapsed()))
     })
 }
@@ -618,7 +784,11 @@ fn p50_p99(mut values: Vec<Duration>) -> (Duration, Duration) {
 
 fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 { format!("{ms:.2} ms") } else { format!("{ms:.0} ms") }
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
 }
 
 fn mib(bytes: u64) -> String {
@@ -653,15 +823,28 @@ struct Stream {
 
 /// Latencies of add and update deliveries: for each Pod the latest of `seen` (one entry per
 /// handler that must have seen it) minus the send instant.
-fn stream(times: &[PodTimes], first: usize, seen: impl Iterator<Item = (Instant, String)>, handlers: usize) -> Stream {
+fn stream(
+    times: &[PodTimes],
+    first: usize,
+    seen: impl Iterator<Item = (Instant, String)>,
+    handlers: usize,
+) -> Stream {
     let mut adds: HashMap<usize, (usize, Instant)> = HashMap::new();
     let mut updates: HashMap<usize, (usize, Instant)> = HashMap::new();
-    let start = times.iter().map(|t| t.create_sent).min().expect("pods were created");
+    let start = times
+        .iter()
+        .map(|t| t.create_sent)
+        .min()
+        .expect("pods were created");
     let mut last = start;
     let mut events = 0;
     for (at, line) in seen {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-        let Some(i) = v["name"].as_str().and_then(index_of) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Some(i) = v["name"].as_str().and_then(index_of) else {
+            continue;
+        };
         let slot = match v["event"].as_str() {
             Some("add") => adds.entry(i),
             Some("update") => updates.entry(i),
@@ -686,11 +869,20 @@ fn stream(times: &[PodTimes], first: usize, seen: impl Iterator<Item = (Instant,
         .filter(|(i, (n, _))| **i >= first && *i - first < times.len() && *n >= handlers)
         .map(|(i, (_, at))| {
             let done = times[i - first].create_done;
-            if *at >= done { (*at - done).as_secs_f64() * 1e3 } else { -((done - *at).as_secs_f64() * 1e3) }
+            if *at >= done {
+                (*at - done).as_secs_f64() * 1e3
+            } else {
+                -((done - *at).as_secs_f64() * 1e3)
+            }
         })
         .collect();
     after_response.sort_by(f64::total_cmp);
-    let at = |q: f64| after_response.get(((after_response.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0);
+    let at = |q: f64| {
+        after_response
+            .get(((after_response.len().max(1) - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     Stream {
         events: events / handlers,
         span: last - start,
@@ -744,7 +936,13 @@ struct Bench {
 impl Bench {
     fn record_load(&mut self, phase: impl Into<String>) {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        self.loads.push((phase.into(), load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")));
+        self.loads.push((
+            phase.into(),
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
     }
 
     fn kubeconfig(&self) -> PathBuf {
@@ -756,73 +954,141 @@ impl Bench {
     fn pods_watch_cache_ready(&self) -> bool {
         let client = self.client.clone();
         self.client_rt.block_on(async move {
-            let Ok(request) = kube::core::Request::new("/metrics").list(&Default::default()) else { return false };
-            let Ok(metrics) = client.request_text(request).await else { return false };
+            let Ok(request) = kube::core::Request::new("/metrics").list(&Default::default()) else {
+                return false;
+            };
+            let Ok(metrics) = client.request_text(request).await else {
+                return false;
+            };
             metrics.lines().any(|l| {
-                l.starts_with("apiserver_watch_cache_initializations_total{group=\"\",resource=\"pods\"}")
-                    && l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).is_some_and(|n| n >= 1.0)
+                l.starts_with(
+                    "apiserver_watch_cache_initializations_total{group=\"\",resource=\"pods\"}",
+                ) && l
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse::<f64>().ok())
+                    .is_some_and(|n| n >= 1.0)
             })
         })
     }
 
     fn create_up_to(&mut self, target: usize) -> Result<Vec<PodTimes>> {
         let started = Instant::now();
-        let (client, factory, range, concurrency) = (self.client.clone(), self.factory.clone(), self.created..target, self.options.concurrency);
-        let times = self.client_rt.block_on(async move { create_pods(&client, &factory, range, concurrency).await })?;
+        let (client, factory, range, concurrency) = (
+            self.client.clone(),
+            self.factory.clone(),
+            self.created..target,
+            self.options.concurrency,
+        );
+        let times = self
+            .client_rt
+            .block_on(async move { create_pods(&client, &factory, range, concurrency).await })?;
         let rate = times.len() as f64 / started.elapsed().as_secs_f64();
-        eprintln!("created {} Pods (up to {target}) in {:.0} s: {rate:.0} Pods/s", times.len(), started.elapsed().as_secs_f64());
+        eprintln!(
+            "created {} Pods (up to {target}) in {:.0} s: {rate:.0} Pods/s",
+            times.len(),
+            started.elapsed().as_secs_f64()
+        );
         self.create_rate = Some(rate);
         self.created = target;
         Ok(times)
     }
 
     fn live(&mut self, pods: usize) -> Result<Live> {
-        let host_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let host_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
         let probe = Arc::new(Probe::default());
-        let (runtime, _) = start_runtime(&host_rt, &self.server, &probe, &self.work.path().join("components"))?;
+        let (runtime, _) = start_runtime(
+            &host_rt,
+            &self.server,
+            &probe,
+            &self.work.path().join("components"),
+        )?;
         let mut go = GoInformer::start(&self.kubeconfig(), true)?;
         go.wait("synced", Duration::from_secs(120), |s| s.synced)?;
         probe.recording.store(true, Ordering::Relaxed);
         eprintln!("live stream: creating {pods} Pods while three plugins and client-go watch");
         let first = self.created;
         let times = self.create_up_to(first + pods)?;
-        let writes = times.iter().map(|t| t.status_done).max().unwrap() - times.iter().map(|t| t.create_sent).min().unwrap();
+        let writes = times.iter().map(|t| t.status_done).max().unwrap()
+            - times.iter().map(|t| t.create_sent).min().unwrap();
         let expected = 2 * pods;
         let deadline = Instant::now() + Duration::from_secs(300);
         while probe.count() < PLUGINS.len() * expected && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        go.wait("every live event", Duration::from_secs(300), |s| s.adds >= pods && s.updates >= pods)?;
+        go.wait("every live event", Duration::from_secs(300), |s| {
+            s.adds >= pods && s.updates >= pods
+        })?;
         probe.recording.store(false, Ordering::Relaxed);
         let lines = std::mem::take(&mut *probe.lines.lock().unwrap());
-        let ours = stream(&times, first, lines.into_iter().map(|(_, at, line)| (at, line)), PLUGINS.len());
+        let ours = stream(
+            &times,
+            first,
+            lines.into_iter().map(|(_, at, line)| (at, line)),
+            PLUGINS.len(),
+        );
         let recorded = go.state.lock().unwrap().recorded.take().unwrap_or_default();
         let theirs = stream(&times, first, recorded.into_iter(), 1);
-        let create_latency = p50_p99(times.iter().map(|t| t.create_done - t.create_sent).collect());
+        let create_latency = p50_p99(
+            times
+                .iter()
+                .map(|t| t.create_done - t.create_sent)
+                .collect(),
+        );
         host_rt.block_on(runtime.shutdown());
         drop(runtime);
         host_rt.shutdown_timeout(Duration::from_secs(10));
-        Ok(Live { pods, writes, create_latency, ours, theirs })
+        Ok(Live {
+            pods,
+            writes,
+            create_latency,
+            ours,
+            theirs,
+        })
     }
 
     /// Both clients started against the current Pods; memory once synced, then through a relist.
     fn memory(&mut self, relist: bool) -> Result<MemRow> {
         let pods = self.created;
         let timeout = Duration::from_secs(1800);
-        let mut host = HostProcess::start(self.work.path(), &self.gated_kubeconfig, guests::BENCH_EMPTY)?;
+        let mut host = HostProcess::start(
+            self.work.path(),
+            &self.gated_kubeconfig,
+            guests::BENCH_EMPTY,
+        )?;
         let host_sync = host.wait_ready(timeout)?;
         let mut go = GoInformer::start(&self.gated_kubeconfig, false)?;
         let go_sync = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
-        eprintln!("{pods} Pods: wasmformer ready after {:.1} s, client-go after {:.1} s", host_sync.as_secs_f64(), go_sync.as_secs_f64());
+        eprintln!(
+            "{pods} Pods: wasmformer ready after {:.1} s, client-go after {:.1} s",
+            host_sync.as_secs_f64(),
+            go_sync.as_secs_f64()
+        );
         std::thread::sleep(self.options.settle);
-        go.wait("stats", Duration::from_secs(30), |s| s.stats.is_some_and(|(_, objects, _)| objects == pods))?;
+        go.wait("stats", Duration::from_secs(30), |s| {
+            s.stats.is_some_and(|(_, objects, _)| objects == pods)
+        })?;
         let (host_rss, go_rss) = (steady_rss(host.pid())?, steady_rss(go.pid())?);
         let (host_mem, breakdown) = (proc_mem(host.pid())?, smaps_breakdown(host.pid())?);
         let go_heap = go.with(|s| s.stats.map_or(0, |(_, _, heap)| heap));
         let (events, _, objects, strategy) = host.informer()?;
-        ensure!(objects as usize == pods, "the host caches {objects} Pods, expected {pods}");
-        eprintln!("{pods} Pods: wasmformer {} (list strategy {strategy}), client-go {}", mib(host_rss), mib(go_rss));
-        let relist = if relist { Some(self.relist(&mut host, &mut go, events)?) } else { None };
+        ensure!(
+            objects as usize == pods,
+            "the host caches {objects} Pods, expected {pods}"
+        );
+        eprintln!(
+            "{pods} Pods: wasmformer {} (list strategy {strategy}), client-go {}",
+            mib(host_rss),
+            mib(go_rss)
+        );
+        let relist = if relist {
+            Some(self.relist(&mut host, &mut go, events)?)
+        } else {
+            None
+        };
         drop(host);
         if let Some(dir) = &self.options.logs {
             std::fs::create_dir_all(dir)?;
@@ -830,7 +1096,18 @@ impl Bench {
             std::fs::copy(&log, dir.join(format!("host-{pods}.log")))?;
             std::fs::remove_file(log)?;
         }
-        Ok(MemRow { pods, host_sync, host: host_rss, host_mem, breakdown, go_sync, go: go_rss, go_heap, relist, strategy })
+        Ok(MemRow {
+            pods,
+            host_sync,
+            host: host_rss,
+            host_mem,
+            breakdown,
+            go_sync,
+            go: go_rss,
+            go_heap,
+            relist,
+            strategy,
+        })
     }
 
     /// Forces both clients to relist: cuts them off (the gate), restarts the API server over its
@@ -838,7 +1115,12 @@ impl Bench {
     /// resume from a resourceVersion older than the new cache's, are refused with 410 Gone, and
     /// they list again. (Without the gate, a client that reconnects while the watch cache is
     /// still initializing is served from etcd and need not relist.)
-    fn relist(&mut self, host: &mut HostProcess, go: &mut GoInformer, events_before: u64) -> Result<Relist> {
+    fn relist(
+        &mut self,
+        host: &mut HostProcess,
+        go: &mut GoInformer,
+        events_before: u64,
+    ) -> Result<Relist> {
         let pods = self.created as u64;
         let (_, relists_before, _, _) = host.informer()?;
         let go_updates_before = go.with(|s| s.updates);
@@ -851,7 +1133,10 @@ impl Bench {
         self.server.restart_on(None);
         let deadline = Instant::now() + Duration::from_secs(300);
         while !self.pods_watch_cache_ready() {
-            ensure!(Instant::now() < deadline, "the restarted API server's Pod watch cache is not initialized after 300 s");
+            ensure!(
+                Instant::now() < deadline,
+                "the restarted API server's Pod watch cache is not initialized after 300 s"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         let server_restart = started.elapsed();
@@ -879,19 +1164,39 @@ impl Bench {
         eprintln!(
             "relist: wasmformer peak {} ({}), client-go peak {} ({})",
             mib(host_peak),
-            host_done.map_or("no relist seen".into(), |d| format!("done {:.1} s after reconnecting was allowed", d.as_secs_f64())),
+            host_done.map_or("no relist seen".into(), |d| format!(
+                "done {:.1} s after reconnecting was allowed",
+                d.as_secs_f64()
+            )),
             mib(go_peak),
-            go_done.map_or("no relist seen".into(), |d| format!("done {:.1} s after reconnecting was allowed", d.as_secs_f64())),
+            go_done.map_or("no relist seen".into(), |d| format!(
+                "done {:.1} s after reconnecting was allowed",
+                d.as_secs_f64()
+            )),
         );
-        Ok(Relist { host_peak, go_peak, host_done, go_done, server_restart })
+        Ok(Relist {
+            host_peak,
+            go_peak,
+            host_done,
+            go_done,
+            server_restart,
+        })
     }
 
     /// The three-plugin runtime started against every Pod: time until every plugin handled its
     /// initial adds.
     fn initial_list(&self) -> Result<Duration> {
-        let host_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let host_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
         let probe = Arc::new(Probe::default());
-        let (runtime, took) = start_runtime(&host_rt, &self.server, &probe, &self.work.path().join("components"))?;
+        let (runtime, took) = start_runtime(
+            &host_rt,
+            &self.server,
+            &probe,
+            &self.work.path().join("components"),
+        )?;
         host_rt.block_on(runtime.shutdown());
         drop(runtime);
         host_rt.shutdown_timeout(Duration::from_secs(10));
@@ -902,7 +1207,11 @@ impl Bench {
     /// its compact length, the compact body the cache keeps, and the cache's heap estimate.
     fn cached_pod_size(&self) -> Result<(usize, usize, usize)> {
         let (client, namespace) = (self.client.clone(), self.factory.namespace(0).to_owned());
-        let pod: Pod = self.client_rt.block_on(async move { Api::<Pod>::namespaced(client, &namespace).get(&name_of(0)).await })?;
+        let pod: Pod = self.client_rt.block_on(async move {
+            Api::<Pod>::namespaced(client, &namespace)
+                .get(&name_of(0))
+                .await
+        })?;
         let mut value = serde_json::to_value(&pod)?;
         value["apiVersion"] = "v1".into();
         value["kind"] = "Pod".into();
@@ -933,18 +1242,29 @@ fn store_child(n: usize, file: &Path) -> Result<()> {
     // SAFETY: malloc_trim only releases free memory back to the system.
     unsafe { libc::malloc_trim(0) };
     let trimmed = proc_mem(std::process::id())?.rss;
-    println!("{}", json!({ "objects": store.len(), "before": before, "after": after, "trimmed": trimmed }));
+    println!(
+        "{}",
+        json!({ "objects": store.len(), "before": before, "after": after, "trimmed": trimmed })
+    );
     Ok(())
 }
 
 /// RSS growth of a process that only fills a store with `n` copies of the Pod in `file`:
 /// (after, after `malloc_trim`) minus before, in bytes.
 fn store_only(n: usize, file: &Path) -> Result<(u64, u64)> {
-    let output = Command::new(std::env::current_exe()?).arg("--store-child").arg(n.to_string()).arg(file).stderr(Stdio::inherit()).output()?;
+    let output = Command::new(std::env::current_exe()?)
+        .arg("--store-child")
+        .arg(n.to_string())
+        .arg(file)
+        .stderr(Stdio::inherit())
+        .output()?;
     ensure!(output.status.success(), "the store-only child failed");
     let v: Value = serde_json::from_slice(&output.stdout)?;
     let n = |f: &str| v[f].as_u64().unwrap_or(0);
-    Ok((n("after").saturating_sub(n("before")), n("trimmed").saturating_sub(n("before"))))
+    Ok((
+        n("after").saturating_sub(n("before")),
+        n("trimmed").saturating_sub(n("before")),
+    ))
 }
 
 fn main() -> Result<()> {
@@ -955,15 +1275,26 @@ fn main() -> Result<()> {
         return store_child(n.parse()?, Path::new(file));
     }
     let options = Options::from_args()?;
-    let client_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     eprintln!("starting the kube-apiserver harness");
     let server = Arc::new(KubeApiserver::start());
     let client = client_rt.block_on(server.admin());
-    let namespaces: Vec<String> = (0..options.namespaces).map(|i| format!("bench-{i}")).collect();
+    let namespaces: Vec<String> = (0..options.namespaces)
+        .map(|i| format!("bench-{i}"))
+        .collect();
     client_rt.block_on(async {
         let api: Api<Namespace> = Api::all(client.clone());
         for name in &namespaces {
-            let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
+            let ns = Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
             api.create(&PostParams::default(), &ns).await?;
         }
         anyhow::Ok(())
@@ -974,8 +1305,17 @@ fn main() -> Result<()> {
     let work = tempfile::tempdir()?;
     let gated_kubeconfig = work.path().join("gated.kubeconfig");
     let kubeconfig = std::fs::read_to_string(server.kubeconfig("admin"))?;
-    ensure!(kubeconfig.contains(&format!("https://{upstream}")), "admin.kubeconfig does not name https://{upstream}");
-    std::fs::write(&gated_kubeconfig, kubeconfig.replace(&format!("https://{upstream}"), &format!("https://127.0.0.1:{gate_port}")))?;
+    ensure!(
+        kubeconfig.contains(&format!("https://{upstream}")),
+        "admin.kubeconfig does not name https://{upstream}"
+    );
+    std::fs::write(
+        &gated_kubeconfig,
+        kubeconfig.replace(
+            &format!("https://{upstream}"),
+            &format!("https://127.0.0.1:{gate_port}"),
+        ),
+    )?;
     let mut bench = Bench {
         factory: Arc::new(PodFactory::new(namespaces)),
         options,
@@ -993,7 +1333,12 @@ fn main() -> Result<()> {
     bench.record_load("start");
 
     // Warm the compile cache, so every measured host maps its plugin from it alike.
-    HostProcess::start(bench.work.path(), &bench.gated_kubeconfig, guests::BENCH_EMPTY)?.wait_ready(Duration::from_secs(120))?;
+    HostProcess::start(
+        bench.work.path(),
+        &bench.gated_kubeconfig,
+        guests::BENCH_EMPTY,
+    )?
+    .wait_ready(Duration::from_secs(120))?;
     let baseline = bench.memory(false)?;
     bench.record_load("0 Pods measured");
 
@@ -1004,8 +1349,12 @@ fn main() -> Result<()> {
     for (n, &count) in counts.iter().enumerate() {
         let mut target = count;
         if let Some(rate) = bench.create_rate {
-            let estimate = Duration::from_secs_f64(target.saturating_sub(bench.created) as f64 / rate);
-            if estimate > bench.options.create_budget && target > FALLBACK_COUNT && FALLBACK_COUNT > bench.created {
+            let estimate =
+                Duration::from_secs_f64(target.saturating_sub(bench.created) as f64 / rate);
+            if estimate > bench.options.create_budget
+                && target > FALLBACK_COUNT
+                && FALLBACK_COUNT > bench.created
+            {
                 bench.notes.push(format!(
                     "{count} Pods would take about {:.0} s more to create at {rate:.0} Pods/s (budget {} s): measured {FALLBACK_COUNT} instead",
                     estimate.as_secs_f64(),
@@ -1024,7 +1373,10 @@ fn main() -> Result<()> {
     bench.record_load("initial list, 3 plugins");
     let (full, body, heap) = bench.cached_pod_size()?;
     let pod_file = bench.work.path().join("pod.json");
-    let store: Vec<(usize, (u64, u64))> = rows[1..].iter().map(|r| Ok((r.pods, store_only(r.pods, &pod_file)?))).collect::<Result<_>>()?;
+    let store: Vec<(usize, (u64, u64))> = rows[1..]
+        .iter()
+        .map(|r| Ok((r.pods, store_only(r.pods, &pod_file)?)))
+        .collect::<Result<_>>()?;
     print_report(&bench, &rows, &live, sync, (full, body, heap), &store);
     Ok(())
 }
@@ -1032,34 +1384,59 @@ fn main() -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The report
 
-fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (full, body, heap): (usize, usize, usize), store: &[(usize, (u64, u64))]) {
+fn print_report(
+    bench: &Bench,
+    rows: &[MemRow],
+    live: &Live,
+    sync: Duration,
+    (full, body, heap): (usize, usize, usize),
+    store: &[(usize, (u64, u64))],
+) {
     let base = &rows[0];
     let per_pod = |rss: u64, base: u64, pods: usize| (rss as f64 - base as f64) / pods as f64;
     println!("### Memory: RSS with N realistic Pods cached\n");
-    println!("One plugin (`bench-empty`) on every Pod; managedFields stripped (the default). client-go: the harness's typed SharedInformer, objects as the server sends them (managedFields kept). Per Pod: (RSS − RSS at 0 Pods) / N. Relist: both clients are cut off (a TCP proxy between them and the API server), the API server restarts over its data, and once its Pod watch cache is initialized they may reconnect: their watches get 410 Gone and they list again. Peak: max of VmHWM (reset just before) and VmRSS polled every 10 ms, from the cut to 2 s after both relisted.\n");
-    println!("| Pods | wasmformer RSS | per Pod | relist peak | peak / steady | client-go RSS | per Pod | relist peak | peak / steady | wasmformer / client-go |");
+    println!(
+        "One plugin (`bench-empty`) on every Pod; managedFields stripped (the default). client-go: the harness's typed SharedInformer, objects as the server sends them (managedFields kept). Per Pod: (RSS − RSS at 0 Pods) / N. Relist: both clients are cut off (a TCP proxy between them and the API server), the API server restarts over its data, and once its Pod watch cache is initialized they may reconnect: their watches get 410 Gone and they list again. Peak: max of VmHWM (reset just before) and VmRSS polled every 10 ms, from the cut to 2 s after both relisted.\n"
+    );
+    println!(
+        "| Pods | wasmformer RSS | per Pod | relist peak | peak / steady | client-go RSS | per Pod | relist peak | peak / steady | wasmformer / client-go |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let (pods, ratio) = (row.pods, row.host as f64 / row.go as f64);
         let (ours, theirs) = if pods == 0 {
             ("—".to_owned(), "—".to_owned())
         } else {
-            (kib(per_pod(row.host, base.host, pods)), kib(per_pod(row.go, base.go, pods)))
+            (
+                kib(per_pod(row.host, base.host, pods)),
+                kib(per_pod(row.go, base.go, pods)),
+            )
         };
         let peak = |peak: u64, steady: u64, done: Option<Duration>| match done {
             Some(_) => (mib(peak), format!("{:.2}×", peak as f64 / steady as f64)),
             None => (format!("{} (no relist seen)", mib(peak)), "—".to_owned()),
         };
         let ((hp, hr), (gp, gr)) = match &row.relist {
-            Some(r) => (peak(r.host_peak, row.host, r.host_done), peak(r.go_peak, row.go, r.go_done)),
+            Some(r) => (
+                peak(r.host_peak, row.host, r.host_done),
+                peak(r.go_peak, row.go, r.go_done),
+            ),
             None => (("—".into(), "—".into()), ("—".into(), "—".into())),
         };
-        println!("| {pods} | {} | {ours} | {hp} | {hr} | {} | {theirs} | {gp} | {gr} | {ratio:.2} |", mib(row.host), mib(row.go));
+        println!(
+            "| {pods} | {} | {ours} | {hp} | {hr} | {} | {theirs} | {gp} | {gr} | {ratio:.2} |",
+            mib(row.host),
+            mib(row.go)
+        );
     }
 
     println!("\n### What the wasmformer host's RSS is made of\n");
-    println!("From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: anonymous mappings of ≥ 1 GiB (the plugin instance's linear memory; only touched pages count). Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n");
-    println!("| Pods | RSS | heap | wasm memories | compiled plugin (mapped) | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |");
+    println!(
+        "From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: anonymous mappings of ≥ 1 GiB (the plugin instance's linear memory; only touched pages count). Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n"
+    );
+    println!(
+        "| Pods | RSS | heap | wasm memories | compiled plugin (mapped) | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {
         let b = row.breakdown;
@@ -1107,8 +1484,14 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
         last.strategy
     );
 
-    println!("\n### Live stream: throughput and create-to-handler latency ({} Pods)\n", live.pods);
-    println!("Each Pod: a create, then a status patch (the realistic status), {} requests in flight; 2 events per Pod. wasmformer: in-process runtime, three plugin entries (the recorder guest), latency until all three handled the event (seen through the log observer). client-go: the informer program, latency until its JSON line is read from its stdout. Everything (API server, etcd, both clients, the load) shares the 2 cores.\n", bench.options.concurrency);
+    println!(
+        "\n### Live stream: throughput and create-to-handler latency ({} Pods)\n",
+        live.pods
+    );
+    println!(
+        "Each Pod: a create, then a status patch (the realistic status), {} requests in flight; 2 events per Pod. wasmformer: in-process runtime, three plugin entries (the recorder guest), latency until all three handled the event (seen through the log observer). client-go: the informer program, latency until its JSON line is read from its stdout. Everything (API server, etcd, both clients, the load) shares the 2 cores.\n",
+        bench.options.concurrency
+    );
     let writes_per_s = 2.0 * live.pods as f64 / live.writes.as_secs_f64();
     println!(
         "API server: {writes_per_s:.0} writes/s ({:.0} Pods/s); create request p50 {} / p99 {}.\n",
@@ -1116,9 +1499,14 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
         ms(live.create_latency.0),
         ms(live.create_latency.1)
     );
-    println!("| client | events per handler | events/s per handler | handler calls/s | create sent → add handled p50 | p99 | create answered → add handled p50 | p99 | status patch sent → update handled p50 | p99 |");
+    println!(
+        "| client | events per handler | events/s per handler | handler calls/s | create sent → add handled p50 | p99 | create answered → add handled p50 | p99 | status patch sent → update handled p50 | p99 |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, s, handlers) in [("wasmformer, 3 plugins", &live.ours, 3), ("client-go informer", &live.theirs, 1)] {
+    for (name, s, handlers) in [
+        ("wasmformer, 3 plugins", &live.ours, 3),
+        ("client-go informer", &live.theirs, 1),
+    ] {
         let rate = s.events as f64 / s.span.as_secs_f64();
         println!(
             "| {name} | {} | {rate:.0} | {:.0} | {} | {} | {:.1} ms | {:.1} ms | {} | {} |",
@@ -1138,11 +1526,25 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
     println!("|---|---:|---:|---:|---:|");
     let line = |name: &str, pods: usize, took: Duration, handlers: usize| {
         let rate = pods as f64 / took.as_secs_f64();
-        println!("| {name} | {pods} | {:.1} s | {rate:.0} | {:.0} |", took.as_secs_f64(), rate * handlers as f64);
+        println!(
+            "| {name} | {pods} | {:.1} s | {rate:.0} | {:.0} |",
+            took.as_secs_f64(),
+            rate * handlers as f64
+        );
     };
     for row in &rows[1..] {
-        line("wasmformer run, 1 plugin (process start to /readyz)", row.pods, row.host_sync, 1);
-        line("client-go informer (process start to last add line)", row.pods, row.go_sync, 1);
+        line(
+            "wasmformer run, 1 plugin (process start to /readyz)",
+            row.pods,
+            row.host_sync,
+            1,
+        );
+        line(
+            "client-go informer (process start to last add line)",
+            row.pods,
+            row.go_sync,
+            1,
+        );
     }
     line("wasmformer in-process, 3 plugins", last.pods, sync, 3);
 
@@ -1150,14 +1552,25 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
     println!("| goal | measured | met |\n|---|---|---|");
     for row in &rows[1..] {
         let ratio = row.host as f64 / row.go as f64;
-        println!("| RSS ≤ 1/3 of client-go at {} Pods | {ratio:.2} | {} |", row.pods, if ratio <= 1.0 / 3.0 { "yes" } else { "no" });
+        println!(
+            "| RSS ≤ 1/3 of client-go at {} Pods | {ratio:.2} | {} |",
+            row.pods,
+            if ratio <= 1.0 / 3.0 { "yes" } else { "no" }
+        );
         if let Some(r) = &row.relist {
             match r.host_done {
                 Some(_) => {
                     let peak = r.host_peak as f64 / row.host as f64;
-                    println!("| relist peak ≤ 1.5× steady at {} Pods | {peak:.2}× | {} |", row.pods, if peak <= 1.5 { "yes" } else { "no" });
+                    println!(
+                        "| relist peak ≤ 1.5× steady at {} Pods | {peak:.2}× | {} |",
+                        row.pods,
+                        if peak <= 1.5 { "yes" } else { "no" }
+                    );
                 }
-                None => println!("| relist peak ≤ 1.5× steady at {} Pods | no relist seen | not measured |", row.pods),
+                None => println!(
+                    "| relist peak ≤ 1.5× steady at {} Pods | no relist seen | not measured |",
+                    row.pods
+                ),
             }
         }
     }
@@ -1167,16 +1580,32 @@ fn print_report(bench: &Bench, rows: &[MemRow], live: &Live, sync: Duration, (fu
                 "\nRelist at {} Pods: clients cut off for {:.1} s (API server restart until its Pod watch cache was initialized); once they could reconnect, wasmformer had relisted after {}, client-go after {}.",
                 row.pods,
                 r.server_restart.as_secs_f64(),
-                r.host_done.map_or("— (not seen)".into(), |d| format!("{:.1} s", d.as_secs_f64())),
-                r.go_done.map_or("— (not seen)".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+                r.host_done.map_or("— (not seen)".into(), |d| format!(
+                    "{:.1} s",
+                    d.as_secs_f64()
+                )),
+                r.go_done.map_or("— (not seen)".into(), |d| format!(
+                    "{:.1} s",
+                    d.as_secs_f64()
+                )),
             );
         }
     }
     if let Some(rate) = bench.create_rate {
-        println!("\nCreation rate of the last batch: {rate:.0} Pods/s (create + status patch, {} in flight).", bench.options.concurrency);
+        println!(
+            "\nCreation rate of the last batch: {rate:.0} Pods/s (create + status patch, {} in flight).",
+            bench.options.concurrency
+        );
     }
-    let loads: Vec<String> = bench.loads.iter().map(|(phase, load)| format!("{phase}: {load}")).collect();
-    println!("\nLoad average (1, 5, 15 min) after each phase — {}.", loads.join("; "));
+    let loads: Vec<String> = bench
+        .loads
+        .iter()
+        .map(|(phase, load)| format!("{phase}: {load}"))
+        .collect();
+    println!(
+        "\nLoad average (1, 5, 15 min) after each phase — {}.",
+        loads.join("; ")
+    );
     for note in &bench.notes {
         println!("\nNote: {note}.");
     }

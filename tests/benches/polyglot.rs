@@ -31,14 +31,27 @@ struct Lang {
 fn languages() -> Vec<Lang> {
     let rust = Lang {
         name: "Rust",
-        handlers: [(guests::BENCH_EMPTY.into(), json!({})), (guests::BENCH_LABELS.into(), json!({})), (guests::BENCH_DECODE.into(), json!({}))],
+        handlers: [
+            (guests::BENCH_EMPTY.into(), json!({})),
+            (guests::BENCH_LABELS.into(), json!({})),
+            (guests::BENCH_DECODE.into(), json!({})),
+        ],
     };
     let mut langs = vec![rust];
-    for (name, var) in [("Python", "WASMFORMER_BENCH_PYTHON"), ("JavaScript", "WASMFORMER_BENCH_JS")] {
-        let wasm = std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set: run scripts/bench-polyglot, which builds the bench guests"));
+    for (name, var) in [
+        ("Python", "WASMFORMER_BENCH_PYTHON"),
+        ("JavaScript", "WASMFORMER_BENCH_JS"),
+    ] {
+        let wasm = std::env::var(var).unwrap_or_else(|_| {
+            panic!("{var} is not set: run scripts/bench-polyglot, which builds the bench guests")
+        });
         langs.push(Lang {
             name,
-            handlers: [(wasm.clone(), json!({"mode": "empty"})), (wasm.clone(), json!({"mode": "labels"})), (wasm, json!({"mode": "decode"}))],
+            handlers: [
+                (wasm.clone(), json!({"mode": "empty"})),
+                (wasm.clone(), json!({"mode": "labels"})),
+                (wasm, json!({"mode": "decode"})),
+            ],
         });
     }
     langs
@@ -49,7 +62,14 @@ fn load(engine: &PluginEngine, wasm: &str) -> LoadedPlugin {
 }
 
 fn start(plugin: &LoadedPlugin, config: &Value) -> PluginInstance {
-    PluginInstance::start(plugin.clone(), Limits::default(), Grants::none(), config, None).expect("bench plugin starts")
+    PluginInstance::start(
+        plugin.clone(),
+        Limits::default(),
+        Grants::none(),
+        config,
+        None,
+    )
+    .expect("bench plugin starts")
 }
 
 fn call_stats(plugin: &LoadedPlugin, config: &Value, event: &Event) -> Stats {
@@ -60,7 +80,12 @@ fn call_stats(plugin: &LoadedPlugin, config: &Value, event: &Event) -> Stats {
             eprint!("[call failed: {e}] ");
         }
     });
-    assert!(instance.failures() * 1000 <= instance.calls(), "{} of {} calls failed", instance.failures(), instance.calls());
+    assert!(
+        instance.failures() * 1000 <= instance.calls(),
+        "{} of {} calls failed",
+        instance.failures(),
+        instance.calls()
+    );
     stats
 }
 
@@ -104,8 +129,12 @@ fn mib(bytes: usize) -> String {
 fn main() {
     let langs = languages();
     let pods = store(pod_gvk(), vec![]);
-    let realistic: std::sync::Arc<CachedObject> = pods.admit(realistic_pod()).expect("realistic Pod");
-    let event = Event::Add { obj: realistic, initial: false };
+    let realistic: std::sync::Arc<CachedObject> =
+        pods.admit(realistic_pod()).expect("realistic Pod");
+    let event = Event::Add {
+        obj: realistic,
+        initial: false,
+    };
     let cache = tempfile::tempdir().expect("compile cache");
     let cached = PluginEngine::new(Some(cache.path().to_owned())).expect("engine");
     let uncached = PluginEngine::new(None).expect("engine");
@@ -134,7 +163,8 @@ fn main() {
         let instantiate = median_of(21, || drop(start(&plugin, config)));
         let memory = plugin.memory_at_start().expect("instantiate");
         let before = rss();
-        let instances: Vec<PluginInstance> = (0..RSS_INSTANCES).map(|_| start(&plugin, config)).collect();
+        let instances: Vec<PluginInstance> =
+            (0..RSS_INSTANCES).map(|_| start(&plugin, config)).collect();
         let per_instance = rss().saturating_sub(before) / RSS_INSTANCES;
         drop(instances);
         loads.push((size, cold, warm, instantiate, memory, per_instance));
@@ -142,15 +172,33 @@ fn main() {
 
     println!(
         "| handler, realistic Pod | {} |",
-        langs.iter().map(|l| format!("{} median ns/op | p99 | × Rust", l.name)).collect::<Vec<_>>().join(" | ")
+        langs
+            .iter()
+            .map(|l| format!("{} median ns/op | p99 | × Rust", l.name))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     println!("|---|{}", "--:|--:|--:|".repeat(langs.len()));
-    for (i, what) in
-        ["empty handler", "labels handler (name, namespace, labels)", "full decode (parse the body, count containers)"].iter().enumerate()
+    for (i, what) in [
+        "empty handler",
+        "labels handler (name, namespace, labels)",
+        "full decode (parse the body, count containers)",
+    ]
+    .iter()
+    .enumerate()
     {
         let rust = calls[0][i].median;
-        let cells: Vec<String> =
-            calls.iter().map(|row| format!("{} | {} | {:.1}×", ns(row[i].median), ns(row[i].p99), row[i].median / rust)).collect();
+        let cells: Vec<String> = calls
+            .iter()
+            .map(|row| {
+                format!(
+                    "{} | {} | {:.1}×",
+                    ns(row[i].median),
+                    ns(row[i].p99),
+                    row[i].median / rust
+                )
+            })
+            .collect();
         println!("| {what} | {} |", cells.join(" | "));
     }
     println!();

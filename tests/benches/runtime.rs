@@ -51,8 +51,15 @@ struct Bench {
 impl Bench {
     fn from_args() -> Self {
         // `cargo bench` passes `--bench`; anything not an option is a filter.
-        let filters = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-        Self { filters, results: BTreeMap::new(), pairs: BTreeMap::new() }
+        let filters = std::env::args()
+            .skip(1)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        Self {
+            filters,
+            results: BTreeMap::new(),
+            pairs: BTreeMap::new(),
+        }
     }
 
     fn wants(&self, id: &str) -> bool {
@@ -111,7 +118,9 @@ struct Objects {
 impl Objects {
     fn new() -> Self {
         let pods = store(pod_gvk(), vec![]);
-        let realistic = pods.admit(realistic_pod()).expect("realistic Pod is a valid object");
+        let realistic = pods
+            .admit(realistic_pod())
+            .expect("realistic Pod is a valid object");
         let metadata = &realistic_pod()["metadata"];
         let metadata_only = pods
             .admit(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -131,31 +140,65 @@ impl Objects {
             meta["resourceVersion"] = Value::from((1000 + i).to_string());
             pods.upsert(pods.admit(pod).unwrap());
         }
-        Self { pods, realistic, metadata_only, minimal }
+        Self {
+            pods,
+            realistic,
+            metadata_only,
+            minimal,
+        }
     }
 
     fn add(obj: &Arc<CachedObject>) -> Event {
-        Event::Add { obj: obj.clone(), initial: false }
+        Event::Add {
+            obj: obj.clone(),
+            initial: false,
+        }
     }
 }
 
 /// The object a native handler receives: kind, identity and labels packed into one string and
 /// the body copied, as the host does for a wasm call.
 fn guest_object(gvk: &Gvk, obj: &CachedObject) -> wasmformer_guest::Object {
-    let kind = wasmformer_guest::Gvk { group: gvk.group.clone(), version: gvk.version.clone(), kind: gvk.kind.clone() };
-    let labels: Vec<(&str, &str)> = obj.labels().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    wasmformer_guest::Object::new(&kind, obj.namespace(), obj.name(), obj.uid(), obj.resource_version(), &labels, obj.body().to_owned())
+    let kind = wasmformer_guest::Gvk {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        kind: gvk.kind.clone(),
+    };
+    let labels: Vec<(&str, &str)> = obj
+        .labels()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    wasmformer_guest::Object::new(
+        &kind,
+        obj.namespace(),
+        obj.name(),
+        obj.uid(),
+        obj.resource_version(),
+        &labels,
+        obj.body().to_owned(),
+    )
 }
 
 fn load(engine: &PluginEngine, wasm: &str) -> LoadedPlugin {
-    let name = Path::new(wasm).file_stem().unwrap().to_string_lossy().into_owned();
+    let name = Path::new(wasm)
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     LoadedPlugin::load(engine, &name, Path::new(wasm)).expect("benchmark plugin loads")
 }
 
 /// Starts `plugin`; a failed start is counted and retried (see [`FAILURES`]).
 fn start(plugin: &LoadedPlugin, grants: Grants, config: Value) -> PluginInstance {
     for _ in 0..3 {
-        match PluginInstance::start(plugin.clone(), Limits::default(), grants.clone(), &config, None) {
+        match PluginInstance::start(
+            plugin.clone(),
+            Limits::default(),
+            grants.clone(),
+            &config,
+            None,
+        ) {
             Ok(instance) => return instance,
             Err(e) => {
                 eprint!("[start failed: {e}] ");
@@ -172,7 +215,11 @@ fn event_bench(plugin: &LoadedPlugin, grants: Grants, config: Value, event: &Eve
     let mut instance = start(plugin, grants, config);
     let stats = measure(|| handle(&mut instance, event));
     let failures = instance.failures();
-    assert!(failures * 1000 <= instance.calls(), "{failures} of {} calls failed", instance.calls());
+    assert!(
+        failures * 1000 <= instance.calls(),
+        "{failures} of {} calls failed",
+        instance.calls()
+    );
     FAILURES.fetch_add(failures, Ordering::Relaxed);
     stats
 }
@@ -198,12 +245,16 @@ fn main() {
     let gvk = pod_gvk();
     // `WASMFORMER_BENCH_CACHE_DIR` keeps compiled plugins between runs (profiler runs use it).
     let temporary = tempfile::tempdir().expect("temporary compile cache");
-    let cache_dir =
-        std::env::var_os("WASMFORMER_BENCH_CACHE_DIR").map_or_else(|| temporary.path().to_owned(), Into::into);
+    let cache_dir = std::env::var_os("WASMFORMER_BENCH_CACHE_DIR")
+        .map_or_else(|| temporary.path().to_owned(), Into::into);
     let engine = PluginEngine::new(Some(cache_dir)).expect("engine");
-    let [empty, labels, decode, lister] =
-        [guests::BENCH_EMPTY, guests::BENCH_LABELS, guests::BENCH_DECODE, guests::BENCH_LISTER]
-            .map(|w| load(&engine, w));
+    let [empty, labels, decode, lister] = [
+        guests::BENCH_EMPTY,
+        guests::BENCH_LABELS,
+        guests::BENCH_DECODE,
+        guests::BENCH_LISTER,
+    ]
+    .map(|w| load(&engine, w));
     let mut pods_granted = Grants::none();
     pods_granted.grant(objects.pods.clone());
 
@@ -211,56 +262,114 @@ fn main() {
     let rss = (bench.filters.is_empty()).then(|| rss_per_instance(&empty, &objects.realistic));
 
     let realistic = Objects::add(&objects.realistic);
-    bench.run("1-empty", "empty call, realistic Pod", || event_bench(&empty, Grants::none(), json!({}), &realistic));
-    bench.run("2-labels-wasm", "name + namespace + labels handler, wasm", || {
-        event_bench(&labels, Grants::none(), json!({}), &realistic)
+    bench.run("1-empty", "empty call, realistic Pod", || {
+        event_bench(&empty, Grants::none(), json!({}), &realistic)
     });
+    bench.run(
+        "2-labels-wasm",
+        "name + namespace + labels handler, wasm",
+        || event_bench(&labels, Grants::none(), json!({}), &realistic),
+    );
     bench.run("3-decode-wasm", "decode into `Pod` handler, wasm", || {
         event_bench(&decode, Grants::none(), json!({}), &realistic)
     });
 
     let prebuilt = guest_object(&gvk, &objects.realistic);
-    bench.run("4a-labels-native", "labels handler, native, `Object` already built", || {
-        let mut plugin = LabelCounter::default();
-        let stats = measure(|| plugin.on_add(black_box(&prebuilt), false).unwrap());
-        black_box(plugin.labels + plugin.with_app + plugin.identity_bytes);
-        stats
-    });
-    bench.run("4b-labels-native-copy", "labels handler, native, `Object` copied from the cache per call", || {
-        let mut plugin = LabelCounter::default();
-        let stats = measure(|| plugin.on_add(&guest_object(&gvk, black_box(&objects.realistic)), false).unwrap());
-        black_box(plugin.labels);
-        stats
-    });
-    bench.run("4c-decode-native", "decode handler, native, `Object` already built", || {
-        let mut plugin = PodDecoder::default();
-        let stats = measure(|| plugin.on_add(black_box(&prebuilt), false).unwrap());
-        black_box(plugin.containers);
-        stats
-    });
-    bench.run("4d-decode-native-copy", "decode handler, native, `Object` copied from the cache per call", || {
-        let mut plugin = PodDecoder::default();
-        let stats = measure(|| plugin.on_add(&guest_object(&gvk, black_box(&objects.realistic)), false).unwrap());
-        black_box(plugin.containers);
-        stats
-    });
-    bench.run("4e-object-copy-native", "copy a cached object into an owned record and drop it, native", || {
-        measure(|| drop(black_box(guest_object(&gvk, black_box(&objects.realistic)))))
-    });
+    bench.run(
+        "4a-labels-native",
+        "labels handler, native, `Object` already built",
+        || {
+            let mut plugin = LabelCounter::default();
+            let stats = measure(|| plugin.on_add(black_box(&prebuilt), false).unwrap());
+            black_box(plugin.labels + plugin.with_app + plugin.identity_bytes);
+            stats
+        },
+    );
+    bench.run(
+        "4b-labels-native-copy",
+        "labels handler, native, `Object` copied from the cache per call",
+        || {
+            let mut plugin = LabelCounter::default();
+            let stats = measure(|| {
+                plugin
+                    .on_add(&guest_object(&gvk, black_box(&objects.realistic)), false)
+                    .unwrap()
+            });
+            black_box(plugin.labels);
+            stats
+        },
+    );
+    bench.run(
+        "4c-decode-native",
+        "decode handler, native, `Object` already built",
+        || {
+            let mut plugin = PodDecoder::default();
+            let stats = measure(|| plugin.on_add(black_box(&prebuilt), false).unwrap());
+            black_box(plugin.containers);
+            stats
+        },
+    );
+    bench.run(
+        "4d-decode-native-copy",
+        "decode handler, native, `Object` copied from the cache per call",
+        || {
+            let mut plugin = PodDecoder::default();
+            let stats = measure(|| {
+                plugin
+                    .on_add(&guest_object(&gvk, black_box(&objects.realistic)), false)
+                    .unwrap()
+            });
+            black_box(plugin.containers);
+            stats
+        },
+    );
+    bench.run(
+        "4e-object-copy-native",
+        "copy a cached object into an owned record and drop it, native",
+        || measure(|| drop(black_box(guest_object(&gvk, black_box(&objects.realistic))))),
+    );
 
-    bench.run("5a-lister-get", "event + one `lister.get` of the realistic Pod", || {
-        event_bench(&lister, pods_granted.clone(), json!({}), &realistic)
-    });
-    bench.run("5b-lister-get-minimal", "event + one `lister.get` of a minimal Pod", || {
-        event_bench(&lister, pods_granted.clone(), json!({"name": objects.minimal.name()}), &realistic)
-    });
-    bench.run("5c-lister-get-missing", "event + one `lister.get` answering not-found", || {
-        event_bench(&lister, pods_granted.clone(), json!({"name": "no-such-pod"}), &realistic)
-    });
+    bench.run(
+        "5a-lister-get",
+        "event + one `lister.get` of the realistic Pod",
+        || event_bench(&lister, pods_granted.clone(), json!({}), &realistic),
+    );
+    bench.run(
+        "5b-lister-get-minimal",
+        "event + one `lister.get` of a minimal Pod",
+        || {
+            event_bench(
+                &lister,
+                pods_granted.clone(),
+                json!({"name": objects.minimal.name()}),
+                &realistic,
+            )
+        },
+    );
+    bench.run(
+        "5c-lister-get-missing",
+        "event + one `lister.get` answering not-found",
+        || {
+            event_bench(
+                &lister,
+                pods_granted.clone(),
+                json!({"name": "no-such-pod"}),
+                &realistic,
+            )
+        },
+    );
 
     for (id, what, plugin) in [
-        ("6a-start-empty", "`PluginInstance::start` (store + instantiate + init), empty guest", &empty),
-        ("6b-start-decode", "`PluginInstance::start`, decode guest (k8s-openapi linked)", &decode),
+        (
+            "6a-start-empty",
+            "`PluginInstance::start` (store + instantiate + init), empty guest",
+            &empty,
+        ),
+        (
+            "6b-start-decode",
+            "`PluginInstance::start`, decode guest (k8s-openapi linked)",
+            &decode,
+        ),
     ] {
         bench.run(id, what, || {
             measure_batches(|iters| {
@@ -277,9 +386,24 @@ fn main() {
     }
 
     for (id, what, cache, wasm) in [
-        ("7a-load-cached-empty", "`LoadedPlugin::load`, warm compile cache, empty guest", true, guests::BENCH_EMPTY),
-        ("7b-load-cached-decode", "`LoadedPlugin::load`, warm compile cache, decode guest", true, guests::BENCH_DECODE),
-        ("7c-load-nocache-empty", "`LoadedPlugin::load`, no cache (compiles), empty guest", false, guests::BENCH_EMPTY),
+        (
+            "7a-load-cached-empty",
+            "`LoadedPlugin::load`, warm compile cache, empty guest",
+            true,
+            guests::BENCH_EMPTY,
+        ),
+        (
+            "7b-load-cached-decode",
+            "`LoadedPlugin::load`, warm compile cache, decode guest",
+            true,
+            guests::BENCH_DECODE,
+        ),
+        (
+            "7c-load-nocache-empty",
+            "`LoadedPlugin::load`, no cache (compiles), empty guest",
+            false,
+            guests::BENCH_EMPTY,
+        ),
         (
             "7d-load-nocache-decode",
             "`LoadedPlugin::load`, no cache (compiles), decode guest",
@@ -298,42 +422,93 @@ fn main() {
             measure(|| drop(black_box(load(engine, wasm))))
         });
     }
-    bench.run("7e-read-decode-wasm", "part of 7b: read the .wasm file", || {
-        measure(|| drop(black_box(std::fs::read(guests::BENCH_DECODE).unwrap())))
-    });
+    bench.run(
+        "7e-read-decode-wasm",
+        "part of 7b: read the .wasm file",
+        || measure(|| drop(black_box(std::fs::read(guests::BENCH_DECODE).unwrap()))),
+    );
     let decode_wasm = std::fs::read(guests::BENCH_DECODE).unwrap();
-    bench.run("7f-sha256-decode-wasm", "part of 7b: SHA-256 of the .wasm (its identity)", || {
-        use sha2::Digest;
-        measure(|| {
-            black_box(sha2::Sha256::digest(black_box(&decode_wasm)));
-        })
-    });
+    bench.run(
+        "7f-sha256-decode-wasm",
+        "part of 7b: SHA-256 of the .wasm (its identity)",
+        || {
+            use sha2::Digest;
+            measure(|| {
+                black_box(sha2::Sha256::digest(black_box(&decode_wasm)));
+            })
+        },
+    );
 
-    bench.run("8a-empty-metadata-only", "empty call, realistic labels, no spec/status", || {
-        event_bench(&empty, Grants::none(), json!({}), &Objects::add(&objects.metadata_only))
-    });
-    bench.run("8b-empty-minimal", "empty call, minimal Pod (name + namespace)", || {
-        event_bench(&empty, Grants::none(), json!({}), &Objects::add(&objects.minimal))
-    });
+    bench.run(
+        "8a-empty-metadata-only",
+        "empty call, realistic labels, no spec/status",
+        || {
+            event_bench(
+                &empty,
+                Grants::none(),
+                json!({}),
+                &Objects::add(&objects.metadata_only),
+            )
+        },
+    );
+    bench.run(
+        "8b-empty-minimal",
+        "empty call, minimal Pod (name + namespace)",
+        || {
+            event_bench(
+                &empty,
+                Grants::none(),
+                json!({}),
+                &Objects::add(&objects.minimal),
+            )
+        },
+    );
 
     // Ratios and differences, timed in alternating batches so that load changes cannot skew them.
-    let wasm = |plugin: &LoadedPlugin, grants: &Grants, config: Value| start(plugin, grants.clone(), config);
+    let wasm = |plugin: &LoadedPlugin, grants: &Grants, config: Value| {
+        start(plugin, grants.clone(), config)
+    };
     let none = Grants::none();
-    bench.run_pair("pair-decode", "decode handler: wasm (3) vs native (4c)", || {
-        let (mut instance, mut native) = (wasm(&decode, &none, json!({})), PodDecoder::default());
-        measure_pair(|| handle(&mut instance, &realistic), || native.on_add(black_box(&prebuilt), false).unwrap())
-    });
-    bench.run_pair("pair-labels", "labels handler: wasm (2) vs native with the copy (4b)", || {
-        let (mut instance, mut native) = (wasm(&labels, &none, json!({})), LabelCounter::default());
-        measure_pair(
-            || handle(&mut instance, &realistic),
-            || native.on_add(&guest_object(&gvk, black_box(&objects.realistic)), false).unwrap(),
-        )
-    });
+    bench.run_pair(
+        "pair-decode",
+        "decode handler: wasm (3) vs native (4c)",
+        || {
+            let (mut instance, mut native) =
+                (wasm(&decode, &none, json!({})), PodDecoder::default());
+            measure_pair(
+                || handle(&mut instance, &realistic),
+                || native.on_add(black_box(&prebuilt), false).unwrap(),
+            )
+        },
+    );
+    bench.run_pair(
+        "pair-labels",
+        "labels handler: wasm (2) vs native with the copy (4b)",
+        || {
+            let (mut instance, mut native) =
+                (wasm(&labels, &none, json!({})), LabelCounter::default());
+            measure_pair(
+                || handle(&mut instance, &realistic),
+                || {
+                    native
+                        .on_add(&guest_object(&gvk, black_box(&objects.realistic)), false)
+                        .unwrap()
+                },
+            )
+        },
+    );
     let minimal = Objects::add(&objects.minimal);
     let metadata_only = Objects::add(&objects.metadata_only);
     for (id, what, plugin, grants, config, event, baseline) in [
-        ("pair-labels-work", "labels handler (2) vs empty call (1)", &labels, &none, json!({}), &realistic, &realistic),
+        (
+            "pair-labels-work",
+            "labels handler (2) vs empty call (1)",
+            &labels,
+            &none,
+            json!({}),
+            &realistic,
+            &realistic,
+        ),
         (
             "pair-get",
             "`lister.get` of the realistic Pod (5a) vs empty call (1)",
@@ -392,8 +567,14 @@ fn main() {
 /// `VmRSS` of this process, in KiB.
 fn vm_rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS in /proc/self/status");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS in kB")
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc/self/status");
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in kB")
 }
 
 /// RSS per live instance of `plugin` in KiB: idle after `start`, and after each handled `obj`.
@@ -402,7 +583,9 @@ fn rss_per_instance(plugin: &LoadedPlugin, obj: &Arc<CachedObject>) -> (f64, f64
     // One instance first, so what every instance shares (code, engine state) is not counted.
     let warm = start(plugin, Grants::none(), json!({}));
     let before = vm_rss_kib();
-    let mut live: Vec<PluginInstance> = (0..RSS_INSTANCES).map(|_| start(plugin, Grants::none(), json!({}))).collect();
+    let mut live: Vec<PluginInstance> = (0..RSS_INSTANCES)
+        .map(|_| start(plugin, Grants::none(), json!({})))
+        .collect();
     let idle = vm_rss_kib();
     for instance in &mut live {
         instance.handle(&gvk, &Objects::add(obj)).unwrap();

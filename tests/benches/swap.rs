@@ -58,7 +58,11 @@ struct Options {
 
 impl Options {
     fn from_args() -> Result<Self> {
-        let mut options = Self { rate: 2000.0, warm: 100, cold: 20 };
+        let mut options = Self {
+            rate: 2000.0,
+            warm: 100,
+            cold: 20,
+        };
         let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
         while let Some(arg) = args.next() {
             let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -69,7 +73,10 @@ impl Options {
                 other => bail!("unknown option {other}; see the module documentation"),
             }
         }
-        ensure!(options.warm >= 20 && options.cold >= 20, "at least 20 swaps per run");
+        ensure!(
+            options.warm >= 20 && options.cold >= 20,
+            "at least 20 swaps per run"
+        );
         Ok(options)
     }
 }
@@ -84,7 +91,13 @@ fn write_versions(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
     let mut digests = BTreeMap::new();
     for (label, wasm) in [("v1", v1), ("v2", v2)] {
         std::fs::write(dir.join(format!("{label}.wasm")), &wasm)?;
-        digests.insert(label, Sha256::digest(&wasm).iter().map(|b| format!("{b:02x}")).collect());
+        digests.insert(
+            label,
+            Sha256::digest(&wasm)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        );
     }
     Ok(digests)
 }
@@ -105,7 +118,12 @@ fn config(dir: &Path, namespace: &str, label: &str, sleep_ms: u64) -> Result<Hos
 
 /// Changes the ConfigMaps `cm-0` … in turn, `rate` times a second, until `stop`; returns each
 /// change as (object, resourceVersion), in order.
-fn produce(store: Store, namespace: String, rate: f64, stop: Arc<AtomicBool>) -> Vec<(String, String)> {
+fn produce(
+    store: Store,
+    namespace: String,
+    rate: f64,
+    stop: Arc<AtomicBool>,
+) -> Vec<(String, String)> {
     let period = Duration::from_secs_f64(1.0 / rate);
     let mut produced = Vec::new();
     let mut next = Instant::now();
@@ -114,10 +132,24 @@ fn produce(store: Store, namespace: String, rate: f64, stop: Arc<AtomicBool>) ->
             break;
         }
         let name = format!("cm-{}", i % OBJECTS);
-        let key = ObjectKey::new(ResourceId::core("configmaps"), Some(&namespace), name.as_str());
+        let key = ObjectKey::new(
+            ResourceId::core("configmaps"),
+            Some(&namespace),
+            name.as_str(),
+        );
         // Every value differs from the initial "0": a change that changes nothing is no event.
-        let changed = store.modify(&key, Part::Main, |cm| cm["data"]["n"] = json!((i + 1).to_string())).expect("change a ConfigMap");
-        produced.push((name, changed["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned()));
+        let changed = store
+            .modify(&key, Part::Main, |cm| {
+                cm["data"]["n"] = json!((i + 1).to_string())
+            })
+            .expect("change a ConfigMap");
+        produced.push((
+            name,
+            changed["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ));
         next += period;
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
@@ -162,12 +194,26 @@ struct Run {
 }
 
 async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
-    let Scenario { name, engine, swaps, rate, sleep_ms } = scenario;
+    let Scenario {
+        name,
+        engine,
+        swaps,
+        rate,
+        sleep_ms,
+    } = scenario;
     let namespace = format!("bench-{}", name.replace([' ', ','], "-").replace("--", "-"));
     let store = dev.store().clone();
-    store.create(&ResourceId::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
+    store.create(
+        &ResourceId::namespaces(),
+        None,
+        json!({"metadata": {"name": namespace}}),
+    )?;
     for i in 0..OBJECTS {
-        store.create(&ResourceId::core("configmaps"), Some(&namespace), json!({"metadata": {"name": format!("cm-{i}")}, "data": {"n": "0"}}))?;
+        store.create(
+            &ResourceId::core("configmaps"),
+            Some(&namespace),
+            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"n": "0"}}),
+        )?;
     }
     let digests = write_versions(dir)?;
     let lines: Arc<Mutex<Vec<Stamped>>> = Arc::default();
@@ -176,9 +222,22 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
         let at = Instant::now();
         sink.lock().unwrap().push((at, line.message.clone()));
     });
-    let runtime_options = RuntimeOptions { log_observer: Some(observer), ..RuntimeOptions::default() };
-    let runtime = Runtime::start(config(dir, &namespace, "v1", sleep_ms)?, dev.client()?, Arc::new(engine), runtime_options).await;
-    ensure!(runtime.wait_synced(Duration::from_secs(30)).await, "not synced: {:?}", runtime.statuses().await);
+    let runtime_options = RuntimeOptions {
+        log_observer: Some(observer),
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::start(
+        config(dir, &namespace, "v1", sleep_ms)?,
+        dev.client()?,
+        Arc::new(engine),
+        runtime_options,
+    )
+    .await;
+    ensure!(
+        runtime.wait_synced(Duration::from_secs(30)).await,
+        "not synced: {:?}",
+        runtime.statuses().await
+    );
     let initial = lines.lock().unwrap().len();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -193,10 +252,21 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
         tokio::time::sleep(BETWEEN_SWAPS).await;
         let label = if k % 2 == 1 { "v2" } else { "v1" };
         let asked = Instant::now();
-        let report = runtime.apply_config(config(dir, &namespace, label, sleep_ms)?).await;
+        let report = runtime
+            .apply_config(config(dir, &namespace, label, sleep_ms)?)
+            .await;
         calls.push(asked.elapsed().as_secs_f64() * 1e6);
         match &report.plugins[..] {
-            [(_, ReloadOutcome::Swapped { version, prepare_ms, .. })] if *version == digests[label] => prepare.push(*prepare_ms as f64),
+            [
+                (
+                    _,
+                    ReloadOutcome::Swapped {
+                        version,
+                        prepare_ms,
+                        ..
+                    },
+                ),
+            ] if *version == digests[label] => prepare.push(*prepare_ms as f64),
             other => bail!("swap {k} to {label}: {other:?}"),
         }
         eprint!("\r{name}: {k}/{swaps} swaps");
@@ -209,7 +279,9 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
 
     // Wait for the queue to drain: every change delivered, or nothing new for 2 s.
     let (mut seen, mut quiet_since) = (0, Instant::now());
-    while lines.lock().unwrap().len() - initial < produced.len() && quiet_since.elapsed() < Duration::from_secs(2) {
+    while lines.lock().unwrap().len() - initial < produced.len()
+        && quiet_since.elapsed() < Duration::from_secs(2)
+    {
         let now = lines.lock().unwrap().len();
         if now != seen {
             (seen, quiet_since) = (now, Instant::now());
@@ -222,12 +294,19 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
     runtime.shutdown().await;
 
     let lines = std::mem::take(&mut *lines.lock().unwrap());
-    let events: Vec<(Instant, Value)> = lines[initial..].iter().map(|(at, text)| Ok((*at, serde_json::from_str(text)?))).collect::<Result<_>>()?;
+    let events: Vec<(Instant, Value)> = lines[initial..]
+        .iter()
+        .map(|(at, text)| Ok((*at, serde_json::from_str(text)?)))
+        .collect::<Result<_>>()?;
     let (mut pauses, mut gaps) = (Vec::new(), Vec::new());
     for pair in events.windows(2) {
         let ((a, first), (b, second)) = (&pair[0], &pair[1]);
         let micros = b.duration_since(*a).as_secs_f64() * 1e6;
-        if first["tag"] == second["tag"] { gaps.push(micros) } else { pauses.push(micros) }
+        if first["tag"] == second["tag"] {
+            gaps.push(micros)
+        } else {
+            pauses.push(micros)
+        }
     }
 
     // Exactly once, in order, per object.
@@ -239,20 +318,55 @@ async fn run(scenario: Scenario, dev: &DevCluster, dir: &Path) -> Result<Run> {
         map
     };
     let wanted = per_object(&mut produced.iter().cloned());
-    let got = per_object(&mut events.iter().map(|(_, e)| (e["name"].as_str().unwrap_or("").to_owned(), e["resourceVersion"].as_str().unwrap_or("").to_owned())));
+    let got = per_object(&mut events.iter().map(|(_, e)| {
+        (
+            e["name"].as_str().unwrap_or("").to_owned(),
+            e["resourceVersion"].as_str().unwrap_or("").to_owned(),
+        )
+    }));
     let (mut lost, mut duplicated, mut reordered) = (0, 0, 0);
     for name in wanted.keys().chain(got.keys()).collect::<BTreeSet<_>>() {
-        let (w, g) = (wanted.get(name).map_or(&[][..], Vec::as_slice), got.get(name).map_or(&[][..], Vec::as_slice));
-        let (lost_here, duplicated_here) = (w.iter().filter(|rv| !g.contains(rv)).count(), g.len() - g.iter().collect::<BTreeSet<_>>().len());
+        let (w, g) = (
+            wanted.get(name).map_or(&[][..], Vec::as_slice),
+            got.get(name).map_or(&[][..], Vec::as_slice),
+        );
+        let (lost_here, duplicated_here) = (
+            w.iter().filter(|rv| !g.contains(rv)).count(),
+            g.len() - g.iter().collect::<BTreeSet<_>>().len(),
+        );
         (lost, duplicated) = (lost + lost_here, duplicated + duplicated_here);
         reordered += usize::from(lost_here == 0 && duplicated_here == 0 && w != g);
     }
-    let received: BTreeSet<&str> = events.iter().filter_map(|(_, e)| e["resourceVersion"].as_str()).collect();
-    for (i, (name, rv)) in produced.iter().enumerate().filter(|(_, (_, rv))| !received.contains(rv.as_str())).take(5) {
-        eprintln!("{name}: change {i} of {} (resourceVersion {rv}) never reached the plugin", produced.len());
+    let received: BTreeSet<&str> = events
+        .iter()
+        .filter_map(|(_, e)| e["resourceVersion"].as_str())
+        .collect();
+    for (i, (name, rv)) in produced
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, rv))| !received.contains(rv.as_str()))
+        .take(5)
+    {
+        eprintln!(
+            "{name}: change {i} of {} (resourceVersion {rv}) never reached the plugin",
+            produced.len()
+        );
     }
     let rate = produced.len() as f64 / elapsed.as_secs_f64();
-    Ok(Run { name, sleep_ms, swaps, pauses, gaps, prepare, calls, events: events.len(), lost, duplicated, reordered, rate })
+    Ok(Run {
+        name,
+        sleep_ms,
+        swaps,
+        pauses,
+        gaps,
+        prepare,
+        calls,
+        events: events.len(),
+        lost,
+        duplicated,
+        reordered,
+        rate,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,7 +384,9 @@ fn quantile(values: &[f64], q: f64) -> f64 {
 }
 
 fn print_report(runs: &[Run], _options: &Options) {
-    println!("ConfigMap changes streamed from the dev cluster's store through the watch and the informer to the plugin; times in ms.\n");
+    println!(
+        "ConfigMap changes streamed from the dev cluster's store through the watch and the informer to the plugin; times in ms.\n"
+    );
     println!(
         "| run | swaps | pause p50 | pause p99 | pause max | gap p50 | gap p99 | gap max | gaps > 5 ms | prepare p50 | prepare p99 | \
          reload call p50 | reload call p99 | events (per s) | lost | duplicated | reordered objects | goal |"
@@ -281,7 +397,9 @@ fn print_report(runs: &[Run], _options: &Options) {
         let p99 = quantile(&run.pauses, 0.99);
         let goal = if run.name != "warm" {
             String::new()
-        } else if p99 < GOAL_P99.as_secs_f64() * 1e6 && run.lost + run.duplicated + run.reordered == 0 {
+        } else if p99 < GOAL_P99.as_secs_f64() * 1e6
+            && run.lost + run.duplicated + run.reordered == 0
+        {
             "p99 < 5 ms, none lost: met".to_owned()
         } else {
             "p99 < 5 ms, none lost: **missed**".to_owned()
@@ -297,7 +415,10 @@ fn print_report(runs: &[Run], _options: &Options) {
             ms(quantile(&run.gaps, 0.5)),
             ms(quantile(&run.gaps, 0.99)),
             ms(quantile(&run.gaps, 1.0)),
-            run.gaps.iter().filter(|&&gap| gap > GOAL_P99.as_secs_f64() * 1e6).count(),
+            run.gaps
+                .iter()
+                .filter(|&&gap| gap > GOAL_P99.as_secs_f64() * 1e6)
+                .count(),
             quantile(&run.prepare, 0.5),
             quantile(&run.prepare, 0.99),
             ms(quantile(&run.calls, 0.5)),
@@ -324,7 +445,10 @@ fn print_report(runs: &[Run], _options: &Options) {
 
 fn main() -> Result<()> {
     let options = Options::from_args()?;
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     tokio.block_on(async {
         let dev = DevCluster::start(DevClusterConfig::default()).await?;
         let dir = tempfile::tempdir()?;
@@ -337,12 +461,31 @@ fn main() -> Result<()> {
         for label in ["v1", "v2"] {
             LoadedPlugin::load(&warm, "rec", &versions.join(format!("{label}.wasm")))?;
         }
-        let warm_backlogged = PluginEngine::new(Some(cache.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let warm_backlogged =
+            PluginEngine::new(Some(cache.clone())).map_err(|e| anyhow::anyhow!("{e}"))?;
         let scenarios = [
-            Scenario { name: "warm", engine: warm, swaps: options.warm, rate: options.rate, sleep_ms: 0 },
-            Scenario { name: "cold", engine: PluginEngine::new(None).map_err(|e| anyhow::anyhow!("{e}"))?, swaps: options.cold, rate: options.rate, sleep_ms: 0 },
+            Scenario {
+                name: "warm",
+                engine: warm,
+                swaps: options.warm,
+                rate: options.rate,
+                sleep_ms: 0,
+            },
+            Scenario {
+                name: "cold",
+                engine: PluginEngine::new(None).map_err(|e| anyhow::anyhow!("{e}"))?,
+                swaps: options.cold,
+                rate: options.rate,
+                sleep_ms: 0,
+            },
             // At most 500 events/s get through a 2 ms handler: 800/s keeps a backlog.
-            Scenario { name: "warm, backlogged", engine: warm_backlogged, swaps: options.warm, rate: 800.0, sleep_ms: 2 },
+            Scenario {
+                name: "warm, backlogged",
+                engine: warm_backlogged,
+                swaps: options.warm,
+                rate: 800.0,
+                sleep_ms: 2,
+            },
         ];
         let mut runs = Vec::new();
         for scenario in scenarios {

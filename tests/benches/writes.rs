@@ -31,42 +31,69 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// The median time of `calls` handler calls delivering `data`.
-async fn per_call(probe: &mut WriterProbe, ns: &str, data: &Value, calls: usize) -> Result<Duration> {
+async fn per_call(
+    probe: &mut WriterProbe,
+    ns: &str,
+    data: &Value,
+    calls: usize,
+) -> Result<Duration> {
     for _ in 0..calls / 10 {
-        probe.write(ns, data.clone()).await.map_err(anyhow::Error::msg)?;
+        probe
+            .write(ns, data.clone())
+            .await
+            .map_err(anyhow::Error::msg)?;
     }
     let mut samples = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
-        probe.write(ns, data.clone()).await.map_err(anyhow::Error::msg)?;
+        probe
+            .write(ns, data.clone())
+            .await
+            .map_err(anyhow::Error::msg)?;
         samples.push(started.elapsed());
     }
     Ok(median(samples))
 }
 
 fn main() -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     runtime.block_on(run())
 }
 
 async fn run() -> Result<()> {
-    let applier = std::env::var("WASMFORMER_GO_APPLIER").context("set WASMFORMER_GO_APPLIER (scripts/bench-writes does)")?;
+    let applier = std::env::var("WASMFORMER_GO_APPLIER")
+        .context("set WASMFORMER_GO_APPLIER (scripts/bench-writes does)")?;
     eprintln!("starting kube-apiserver");
     let server = KubeApiserver::start();
     let admin = server.admin().await;
     let ns = server.namespace("bench").await;
-    let limits = Limits { deadline: Duration::from_secs(120), write_qps: 1_000_000, write_burst: 1_000_000, ..Limits::default() };
+    let limits = Limits {
+        deadline: Duration::from_secs(120),
+        write_qps: 1_000_000,
+        write_burst: 1_000_000,
+        ..Limits::default()
+    };
     let grants = "[{apiVersion: v1, kind: ConfigMap, verbs: [apply]}]";
 
     eprintln!("per-call cost, recorded");
-    let mut recorded = WriterProbe::start_sink(Sink::Record(Recording::default()), grants, false, limits.clone()).await;
+    let mut recorded = WriterProbe::start_sink(
+        Sink::Record(Recording::default()),
+        grants,
+        false,
+        limits.clone(),
+    )
+    .await;
     let none = json!({"op": "none"});
     let one = apply(cm(&ns, "per-call"));
     let recorded_none = per_call(&mut recorded, &ns, &none, CALLS).await?;
     let recorded_one = per_call(&mut recorded, &ns, &one, CALLS).await?;
 
     eprintln!("per-call cost, real API server");
-    let mut live = WriterProbe::start_with(admin.clone(), grants, false, false, limits.clone()).await;
+    let mut live =
+        WriterProbe::start_with(admin.clone(), grants, false, false, limits.clone()).await;
     let live_none = per_call(&mut live, &ns, &none, CALLS / 4).await?;
     let live_one = per_call(&mut live, &ns, &one, CALLS / 4).await?;
 
@@ -80,10 +107,23 @@ async fn run() -> Result<()> {
     eprintln!("writes/s: client-go");
     let kubeconfig = server.kubeconfig("admin");
     let output = std::process::Command::new(&applier)
-        .args(["--kubeconfig", &kubeconfig.display().to_string(), "--namespace", &ns, "--prefix", "go", "--count", &WRITES.to_string()])
+        .args([
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--namespace",
+            &ns,
+            "--prefix",
+            "go",
+            "--count",
+            &WRITES.to_string(),
+        ])
         .output()
         .context("run the Go applier")?;
-    ensure!(output.status.success(), "the Go applier failed: {}", String::from_utf8_lossy(&output.stderr));
+    ensure!(
+        output.status.success(),
+        "the Go applier failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let go: Value = serde_json::from_slice(&output.stdout)?;
     let go_seconds = go["seconds"].as_f64().context("the applier's seconds")?;
 
@@ -91,13 +131,36 @@ async fn run() -> Result<()> {
     let (plugin_rate, go_rate) = (WRITES as f64 / plugin_seconds, WRITES as f64 / go_seconds);
     println!("| measurement | value |");
     println!("|---|---|");
-    println!("| writes/s, one plugin, {WRITES} server-side applies of new ConfigMaps ({PER_CALL} per handler call) | {plugin_rate:.0} |");
-    println!("| writes/s, client-go (`tests/bench-go/applier`), the same {WRITES} applies, same field manager | {go_rate:.0} |");
-    println!("| ratio plugin / client-go | {:.2} |", plugin_rate / go_rate);
-    println!("| handler call, no write (median of {CALLS}) | {:.1} µs |", us(recorded_none));
-    println!("| handler call, one recorded write (median of {CALLS}) | {:.1} µs |", us(recorded_one));
-    println!("| added per call by one write, host side only (recorded) | {:.1} µs |", us(recorded_one) - us(recorded_none));
-    println!("| handler call, one apply sent to the API server, unchanged object (median of {}) | {:.1} µs |", CALLS / 4, us(live_one));
-    println!("| added per call by one apply to the API server (round trip included) | {:.1} µs |", us(live_one) - us(live_none));
+    println!(
+        "| writes/s, one plugin, {WRITES} server-side applies of new ConfigMaps ({PER_CALL} per handler call) | {plugin_rate:.0} |"
+    );
+    println!(
+        "| writes/s, client-go (`tests/bench-go/applier`), the same {WRITES} applies, same field manager | {go_rate:.0} |"
+    );
+    println!(
+        "| ratio plugin / client-go | {:.2} |",
+        plugin_rate / go_rate
+    );
+    println!(
+        "| handler call, no write (median of {CALLS}) | {:.1} µs |",
+        us(recorded_none)
+    );
+    println!(
+        "| handler call, one recorded write (median of {CALLS}) | {:.1} µs |",
+        us(recorded_one)
+    );
+    println!(
+        "| added per call by one write, host side only (recorded) | {:.1} µs |",
+        us(recorded_one) - us(recorded_none)
+    );
+    println!(
+        "| handler call, one apply sent to the API server, unchanged object (median of {}) | {:.1} µs |",
+        CALLS / 4,
+        us(live_one)
+    );
+    println!(
+        "| added per call by one apply to the API server (round trip included) | {:.1} µs |",
+        us(live_one) - us(live_none)
+    );
     Ok(())
 }

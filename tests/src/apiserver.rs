@@ -47,8 +47,14 @@ impl KubeApiserver {
         SHARED.get_or_init(|| match std::env::var_os("WASMFORMER_APISERVER_DIR") {
             Some(dir) => {
                 let dir = PathBuf::from(dir);
-                let port = read_ready_port(&dir).expect("$WASMFORMER_APISERVER_DIR has no ready apiserver");
-                KubeApiserver { dir, port, child: Mutex::new(None), _tmp: None }
+                let port = read_ready_port(&dir)
+                    .expect("$WASMFORMER_APISERVER_DIR has no ready apiserver");
+                KubeApiserver {
+                    dir,
+                    port,
+                    child: Mutex::new(None),
+                    _tmp: None,
+                }
             }
             None => Self::start(),
         })
@@ -60,7 +66,12 @@ impl KubeApiserver {
         let dir = tmp.path().to_owned();
         let mut child = spawn(&dir, None, false);
         let port = wait_ready(&dir, &mut child);
-        Self { dir, port, child: Mutex::new(Some(child)), _tmp: Some(tmp) }
+        Self {
+            dir,
+            port,
+            child: Mutex::new(Some(child)),
+            _tmp: Some(tmp),
+        }
     }
 
     /// Stops the process (SIGTERM) and waits for it.
@@ -102,8 +113,11 @@ impl KubeApiserver {
 
     /// A client as `user`, for the server on `port` (default: its own).
     pub async fn client_at(&self, user: &str, port: Option<u16>) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig(user)).expect("read kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("kubeconfig");
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(self.kubeconfig(user)).expect("read kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("kubeconfig");
         if let Some(port) = port {
             config.cluster_url = format!("https://127.0.0.1:{port}").parse().unwrap();
         }
@@ -118,10 +132,26 @@ impl KubeApiserver {
     /// Creates a namespace `prefix-<unique>` and returns its name.
     pub async fn namespace(&self, prefix: &str) -> String {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
-        if let Err(e) = Api::<Namespace>::all(self.admin().await).create(&PostParams::default(), &ns).await {
-            panic!("create namespace {name}: {e}; apiserver log:\n{}", self.log_tail());
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        if let Err(e) = Api::<Namespace>::all(self.admin().await)
+            .create(&PostParams::default(), &ns)
+            .await
+        {
+            panic!(
+                "create namespace {name}: {e}; apiserver log:\n{}",
+                self.log_tail()
+            );
         }
         name
     }
@@ -138,7 +168,12 @@ impl Drop for KubeApiserver {
 fn spawn(dir: &Path, port: Option<u16>, keep_data: bool) -> Child {
     let binary = harness_binaries().join("apiserver");
     let mut command = Command::new(binary);
-    command.arg("--data-dir").arg(dir).arg("--exit-with-parent").stdout(Stdio::null()).stderr(Stdio::from(log_file(dir)));
+    command
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--exit-with-parent")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log_file(dir)));
     if keep_data {
         command.arg("--keep-etcd-data");
     }
@@ -149,11 +184,19 @@ fn spawn(dir: &Path, port: Option<u16>, keep_data: bool) -> Child {
 }
 
 fn log_file(dir: &Path) -> std::fs::File {
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("apiserver.log")).expect("open apiserver.log")
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("apiserver.log"))
+        .expect("open apiserver.log")
 }
 
 fn read_ready_port(dir: &Path) -> Option<u16> {
-    std::fs::read_to_string(dir.join("ready")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(dir.join("ready"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn wait_ready(dir: &Path, child: &mut Child) -> u16 {
@@ -168,9 +211,16 @@ fn wait_ready(dir: &Path, child: &mut Child) -> u16 {
             return port;
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("kube-apiserver exited ({status}) before it was ready; last log lines:\n{}", log_tail());
+            panic!(
+                "kube-apiserver exited ({status}) before it was ready; last log lines:\n{}",
+                log_tail()
+            );
         }
-        assert!(Instant::now() < deadline, "kube-apiserver not ready after {READY_TIMEOUT:?}; last log lines:\n{}", log_tail());
+        assert!(
+            Instant::now() < deadline,
+            "kube-apiserver not ready after {READY_TIMEOUT:?}; last log lines:\n{}",
+            log_tail()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

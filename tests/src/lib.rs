@@ -32,7 +32,9 @@ pub fn pod_json(namespace: &str, name: &str, resource_version: u64) -> Value {
 
 /// A Pod as the cache holds it.
 pub fn pod(namespace: &str, name: &str, resource_version: u64) -> Arc<CachedObject> {
-    Arc::new(CachedObject::from_value(pod_json(namespace, name, resource_version), true, &[]).unwrap())
+    Arc::new(
+        CachedObject::from_value(pod_json(namespace, name, resource_version), true, &[]).unwrap(),
+    )
 }
 
 /// An empty store for `gvk`.
@@ -43,7 +45,8 @@ pub fn store(gvk: Gvk, indexes: Vec<IndexSpec>) -> Arc<Store> {
 /// `../shared/fixtures/pod-realistic.json`, the object of record for benchmarks.
 pub fn realistic_pod() -> Value {
     let path = shared_dir().join("fixtures/pod-realistic.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
@@ -68,7 +71,11 @@ pub fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
     use wasm_encoder::Encode;
     let mut out = wasm.to_vec();
     out.push(wasm_encoder::ComponentSectionId::CoreCustom as u8);
-    wasm_encoder::CustomSection { name: name.into(), data: payload.into() }.encode(&mut out);
+    wasm_encoder::CustomSection {
+        name: name.into(),
+        data: payload.into(),
+    }
+    .encode(&mut out);
     out
 }
 
@@ -87,7 +94,13 @@ impl Recorded {
 
     /// Every line `plugin` logged so far.
     pub fn messages(&self, plugin: &str) -> Vec<String> {
-        self.lines.lock().unwrap().iter().filter(|l| &*l.plugin == plugin).map(|l| l.message.clone()).collect()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| &*l.plugin == plugin)
+            .map(|l| l.message.clone())
+            .collect()
     }
 
     /// The JSON lines `plugin` logged so far.
@@ -109,7 +122,11 @@ impl Recorded {
             if events.len() >= count {
                 return events;
             }
-            assert!(Instant::now() < deadline, "{plugin} logged {} of {count} events in {timeout:?}: {events:#?}", events.len());
+            assert!(
+                Instant::now() < deadline,
+                "{plugin} logged {} of {count} events in {timeout:?}: {events:#?}",
+                events.len()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -120,7 +137,11 @@ pub fn summary(events: &[Value]) -> Vec<String> {
     events
         .iter()
         .map(|e| {
-            let mut s = format!("{} {}", e["event"].as_str().unwrap_or("?"), e["name"].as_str().unwrap_or("?"));
+            let mut s = format!(
+                "{} {}",
+                e["event"].as_str().unwrap_or("?"),
+                e["name"].as_str().unwrap_or("?")
+            );
             if e["initial"] == true {
                 s.push_str(" initial");
             }

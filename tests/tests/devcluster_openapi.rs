@@ -13,14 +13,19 @@ use wasmformer_devcluster::{DevCluster, DevClusterConfig};
 use wasmformer_tests::apiserver::KubeApiserver;
 
 fn raw(kubeconfig: &Path, path: &str) -> Value {
-    let output = Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["get", "--raw", path])
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("kubectl runs");
-    assert!(output.status.success(), "kubectl get --raw {path}: {}", String::from_utf8_lossy(&output.stderr));
+    let output =
+        Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into()))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["get", "--raw", path])
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl get --raw {path}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{path} is not JSON: {e}"))
 }
 
@@ -29,7 +34,10 @@ fn the_checked_in_openapi_documents_are_what_the_harness_serves() {
     let kubeconfig = KubeApiserver::shared().kubeconfig("admin");
     let served = Captured {
         v2: raw(&kubeconfig, "/openapi/v2"),
-        v3: openapi::captured_paths().into_iter().map(|p| (p.clone(), raw(&kubeconfig, &format!("/openapi/v3/{p}")))).collect(),
+        v3: openapi::captured_paths()
+            .into_iter()
+            .map(|p| (p.clone(), raw(&kubeconfig, &format!("/openapi/v3/{p}"))))
+            .collect(),
     };
     let file = wasmformer_tests::repo_root().join("devcluster/openapi/kubernetes.json.gz");
     if std::env::var_os("WASMFORMER_CAPTURE_OPENAPI").is_some() {
@@ -49,20 +57,36 @@ fn the_checked_in_openapi_documents_are_what_the_harness_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dev_cluster_reports_the_harness_kubernetes_version_and_serves_its_documents() {
     let real = raw(&KubeApiserver::shared().kubeconfig("admin"), "/version");
-    let dev = DevCluster::start(DevClusterConfig::default()).await.unwrap();
+    let dev = DevCluster::start(DevClusterConfig::default())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     dev.write_kubeconfig(&kubeconfig).unwrap();
     let kubeconfig_for_blocking = kubeconfig.clone();
     let (ours, index, apps) = tokio::task::spawn_blocking(move || {
         let k = &kubeconfig_for_blocking;
-        (raw(k, "/version"), raw(k, "/openapi/v3"), raw(k, "/openapi/v3/apis/apps/v1"))
+        (
+            raw(k, "/version"),
+            raw(k, "/openapi/v3"),
+            raw(k, "/openapi/v3/apis/apps/v1"),
+        )
     })
     .await
     .unwrap();
-    assert_eq!((&ours["major"], &ours["minor"]), (&real["major"], &real["minor"]), "dev {ours} vs harness {real}");
+    assert_eq!(
+        (&ours["major"], &ours["minor"]),
+        (&real["major"], &real["minor"]),
+        "dev {ours} vs harness {real}"
+    );
     assert_eq!(ours["emulationMinor"], real["emulationMinor"]);
-    assert!(index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().starts_with("/openapi/v3/apis/apps/v1?hash="), "{index}");
+    assert!(
+        index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .starts_with("/openapi/v3/apis/apps/v1?hash="),
+        "{index}"
+    );
     assert_eq!(apps, openapi::captured().unwrap().v3["apis/apps/v1"]);
     dev.shutdown().await.unwrap();
 }

@@ -11,7 +11,9 @@ use serde_json::json;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{Runtime, RuntimeOptions};
-use wasmformer_devcluster::{DevCluster, DevClusterConfig, ObjectKey, Preconditions, ResourceId, Verb};
+use wasmformer_devcluster::{
+    DevCluster, DevClusterConfig, ObjectKey, Preconditions, ResourceId, Verb,
+};
 use wasmformer_tests::{Recorded, guests, summary};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -24,11 +26,27 @@ struct Setup {
 }
 
 async fn setup(namespace: &str) -> Setup {
-    let dev = DevCluster::start(DevClusterConfig::default()).await.expect("dev cluster starts");
+    let dev = DevCluster::start(DevClusterConfig::default())
+        .await
+        .expect("dev cluster starts");
     let client = dev.client().expect("client");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(namespace.into()), ..Default::default() }, ..Default::default() };
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
-    Setup { pods: Api::namespaced(client.clone(), namespace), client, dev, recorded: Recorded::default() }
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(namespace.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    Setup {
+        pods: Api::namespaced(client.clone(), namespace),
+        client,
+        dev,
+        recorded: Recorded::default(),
+    }
 }
 
 fn pod(name: &str) -> Pod {
@@ -41,7 +59,12 @@ fn pod(name: &str) -> Pod {
 }
 
 fn engine() -> Arc<PluginEngine> {
-    Arc::new(PluginEngine::new(Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))).unwrap())
+    Arc::new(
+        PluginEngine::new(Some(
+            std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"),
+        ))
+        .unwrap(),
+    )
 }
 
 fn config(yaml: &str) -> HostConfig {
@@ -49,9 +72,16 @@ fn config(yaml: &str) -> HostConfig {
 }
 
 async fn start(setup: &Setup, yaml: &str) -> Arc<Runtime> {
-    let options = RuntimeOptions { log_observer: Some(setup.recorded.observer()), ..RuntimeOptions::default() };
+    let options = RuntimeOptions {
+        log_observer: Some(setup.recorded.observer()),
+        ..RuntimeOptions::default()
+    };
     let runtime = Runtime::start(config(yaml), setup.client.clone(), engine(), options).await;
-    assert!(runtime.wait_synced(WAIT).await, "plugins did not sync: {:#?}", runtime.statuses().await);
+    assert!(
+        runtime.wait_synced(WAIT).await,
+        "plugins did not sync: {:#?}",
+        runtime.statuses().await
+    );
     runtime
 }
 
@@ -66,13 +96,25 @@ fn recorder(name: &str, namespace: &str, extra: &str) -> String {
 async fn plugins_see_initial_adds_then_live_events_in_order_and_the_lister_agrees() {
     let s = setup("shop").await;
     for name in ["a", "b"] {
-        s.pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        s.pods
+            .create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
-    let yaml = format!("plugins:\n{}", recorder("rec", "shop", "    config: {lookup: true}\n"));
+    let yaml = format!(
+        "plugins:\n{}",
+        recorder("rec", "shop", "    config: {lookup: true}\n")
+    );
     let runtime = start(&s, &yaml).await;
-    s.pods.create(&PostParams::default(), &pod("c")).await.unwrap();
+    s.pods
+        .create(&PostParams::default(), &pod("c"))
+        .await
+        .unwrap();
     let patch = json!({"metadata": {"labels": {"tier": "front"}}});
-    s.pods.patch("c", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    s.pods
+        .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
     s.pods.delete("a", &DeleteParams::default()).await.unwrap();
 
     let events = s.recorded.wait_for("rec", 5, WAIT).await;
@@ -83,45 +125,95 @@ async fn plugins_see_initial_adds_then_live_events_in_order_and_the_lister_agree
     // The cache is updated before the plugin is called: inside the handler, the lister returns
     // the event's object or a newer state of it, never an older one (and no longer finds a
     // deleted one).
-    let rv = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).unwrap_or_else(|| panic!("not a resourceVersion: {v}"));
+    let rv = |v: &serde_json::Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("not a resourceVersion: {v}"))
+    };
     for event in &events[..4] {
-        assert!(rv(&event["listerResourceVersion"]) >= rv(&event["resourceVersion"]), "lister older than the event: {event}");
+        assert!(
+            rv(&event["listerResourceVersion"]) >= rv(&event["resourceVersion"]),
+            "lister older than the event: {event}"
+        );
     }
     assert_eq!(events[4]["listerResourceVersion"], "not-found");
     let status = &runtime.statuses().await[0];
-    assert!(status.synced && status.failures == 0 && status.calls == 5, "{status:?}");
+    assert!(
+        status.synced && status.failures == 0 && status.calls == 5,
+        "{status:?}"
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
 
 /// Issue 18, item 1: a plugin with two subscriptions of one kind reads the union of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lister_get_finds_the_handed_object_whichever_of_two_subscriptions_of_its_kind_delivered_it() {
+async fn a_lister_get_finds_the_handed_object_whichever_of_two_subscriptions_of_its_kind_delivered_it()
+ {
     let s = setup("east").await;
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some("west".into()), ..Default::default() }, ..Default::default() };
-    Api::<Namespace>::all(s.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("west".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(s.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     let west: Api<Pod> = Api::namespaced(s.client.clone(), "west");
-    s.pods.create(&PostParams::default(), &pod("e0")).await.unwrap();
-    west.create(&PostParams::default(), &pod("w0")).await.unwrap();
+    s.pods
+        .create(&PostParams::default(), &pod("e0"))
+        .await
+        .unwrap();
+    west.create(&PostParams::default(), &pod("w0"))
+        .await
+        .unwrap();
     let yaml = format!(
         "plugins:\n  - name: rec\n    wasm: {}\n    handles:\n      - {{apiVersion: v1, kind: Pod, namespace: east}}\n      \
          - {{apiVersion: v1, kind: Pod, namespace: west}}\n    config: {{lookup: true}}\n",
         guests::RECORDER
     );
     let runtime = start(&s, &yaml).await;
-    s.pods.create(&PostParams::default(), &pod("e1")).await.unwrap();
-    west.create(&PostParams::default(), &pod("w1")).await.unwrap();
+    s.pods
+        .create(&PostParams::default(), &pod("e1"))
+        .await
+        .unwrap();
+    west.create(&PostParams::default(), &pod("w1"))
+        .await
+        .unwrap();
     let patch = json!({"metadata": {"labels": {"tier": "front"}}});
-    west.patch("w1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    west.patch("w1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 
     let events = s.recorded.wait_for("rec", 5, WAIT).await;
-    let mut seen: Vec<String> = events.iter().map(|e| format!("{}/{}", e["namespace"].as_str().unwrap(), e["name"].as_str().unwrap())).collect();
+    let mut seen: Vec<String> = events
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["namespace"].as_str().unwrap(),
+                e["name"].as_str().unwrap()
+            )
+        })
+        .collect();
     seen.sort();
-    assert_eq!(seen, ["east/e0", "east/e1", "west/w0", "west/w1", "west/w1"]);
+    assert_eq!(
+        seen,
+        ["east/e0", "east/e1", "west/w0", "west/w1", "west/w1"]
+    );
     let rv = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<u64>().ok());
     for event in &events {
-        let (handed, read) = (rv(&event["resourceVersion"]).unwrap(), rv(&event["listerResourceVersion"]));
-        assert!(read.is_some_and(|read| read >= handed), "lister.get inside the handler missed the handed object: {event}");
+        let (handed, read) = (
+            rv(&event["resourceVersion"]).unwrap(),
+            rv(&event["listerResourceVersion"]),
+        );
+        assert!(
+            read.is_some_and(|read| read >= handed),
+            "lister.get inside the handler missed the handed object: {event}"
+        );
     }
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
@@ -132,19 +224,36 @@ async fn a_slow_plugin_does_not_delay_another() {
     let s = setup("slow").await;
     let yaml = format!(
         "plugins:\n{}{}",
-        recorder("sleepy", "slow", "    config: {sleepMs: 400}\n    limits: {deadline: 5s}\n"),
+        recorder(
+            "sleepy",
+            "slow",
+            "    config: {sleepMs: 400}\n    limits: {deadline: 5s}\n"
+        ),
         recorder("quick", "slow", "")
     );
     let runtime = start(&s, &yaml).await;
     for i in 0..5 {
-        s.pods.create(&PostParams::default(), &pod(&format!("p{i}"))).await.unwrap();
+        s.pods
+            .create(&PostParams::default(), &pod(&format!("p{i}")))
+            .await
+            .unwrap();
     }
     let quick = s.recorded.wait_for("quick", 5, WAIT).await;
-    assert_eq!(summary(&quick), ["add p0", "add p1", "add p2", "add p3", "add p4"]);
+    assert_eq!(
+        summary(&quick),
+        ["add p0", "add p1", "add p2", "add p3", "add p4"]
+    );
     // The sleepy plugin needs 2 s for these five; the quick one did not wait for it.
-    assert!(s.recorded.events("sleepy").len() < 5, "the sleepy plugin kept up, so this proves nothing");
+    assert!(
+        s.recorded.events("sleepy").len() < 5,
+        "the sleepy plugin kept up, so this proves nothing"
+    );
     let sleepy = s.recorded.wait_for("sleepy", 5, WAIT).await;
-    assert_eq!(summary(&sleepy), summary(&quick), "the slow plugin still gets every event in order");
+    assert_eq!(
+        summary(&sleepy),
+        summary(&quick),
+        "the slow plugin still gets every event in order"
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
@@ -154,14 +263,22 @@ async fn a_plugin_added_at_run_time_gets_the_cache_then_live_events_without_a_ne
     let s = setup("late").await;
     let runtime = start(&s, &format!("plugins:\n{}", recorder("first", "late", ""))).await;
     for name in ["x", "y"] {
-        s.pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        s.pods
+            .create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
     s.recorded.wait_for("first", 2, WAIT).await;
     let seq_before = s.dev.request_log().last_seq();
 
-    let late = config(&format!("plugins:\n{}", recorder("late", "late", ""))).plugins.remove(0);
+    let late = config(&format!("plugins:\n{}", recorder("late", "late", "")))
+        .plugins
+        .remove(0);
     runtime.add_plugin(late).await.unwrap();
-    s.pods.create(&PostParams::default(), &pod("z")).await.unwrap();
+    s.pods
+        .create(&PostParams::default(), &pod("z"))
+        .await
+        .unwrap();
     let events = s.recorded.wait_for("late", 3, WAIT).await;
     let mut initial = summary(&events[..2]);
     initial.sort();
@@ -174,9 +291,21 @@ async fn a_plugin_added_at_run_time_gets_the_cache_then_live_events_without_a_ne
         .into_iter()
         .filter(|r| r.seq > seq_before && (r.is(Verb::List, "pods") || r.is(Verb::Watch, "pods")))
         .collect();
-    assert!(new_list_or_watch.is_empty(), "the late plugin must reuse the running informer: {new_list_or_watch:#?}");
-    let all_pod_watches = s.dev.request_log().records().into_iter().filter(|r| r.is(Verb::Watch, "pods") || r.is(Verb::List, "pods")).count();
-    assert!(all_pod_watches >= 1, "the request log sees the first plugin's watch, so the check above can fail");
+    assert!(
+        new_list_or_watch.is_empty(),
+        "the late plugin must reuse the running informer: {new_list_or_watch:#?}"
+    );
+    let all_pod_watches = s
+        .dev
+        .request_log()
+        .records()
+        .into_iter()
+        .filter(|r| r.is(Verb::Watch, "pods") || r.is(Verb::List, "pods"))
+        .count();
+    assert!(
+        all_pod_watches >= 1,
+        "the request log sees the first plugin's watch, so the check above can fail"
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
@@ -184,11 +313,27 @@ async fn a_plugin_added_at_run_time_gets_the_cache_then_live_events_without_a_ne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_replays_the_cache_as_updates_with_old_equal_to_new() {
     let s = setup("resync").await;
-    s.pods.create(&PostParams::default(), &pod("r")).await.unwrap();
-    let runtime = start(&s, &format!("plugins:\n{}", recorder("rec", "resync", "    resync: 300ms\n"))).await;
+    s.pods
+        .create(&PostParams::default(), &pod("r"))
+        .await
+        .unwrap();
+    let runtime = start(
+        &s,
+        &format!(
+            "plugins:\n{}",
+            recorder("rec", "resync", "    resync: 300ms\n")
+        ),
+    )
+    .await;
     let events = s.recorded.wait_for("rec", 3, WAIT).await;
-    assert_eq!(summary(&events[..3]), ["add r initial", "update r", "update r"]);
-    assert_eq!(events[1]["oldResourceVersion"], events[1]["resourceVersion"]);
+    assert_eq!(
+        summary(&events[..3]),
+        ["add r initial", "update r", "update r"]
+    );
+    assert_eq!(
+        events[1]["oldResourceVersion"],
+        events[1]["resourceVersion"]
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
@@ -197,7 +342,10 @@ async fn resync_replays_the_cache_as_updates_with_old_equal_to_new() {
 async fn after_a_compaction_objects_deleted_in_the_gap_arrive_as_final_state_unknown() {
     let s = setup("gap").await;
     for name in ["keep", "gone"] {
-        s.pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        s.pods
+            .create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
     let runtime = start(&s, &format!("plugins:\n{}", recorder("rec", "gap", ""))).await;
     // Stop the server from answering, delete behind the host's back, compact the history and
@@ -205,12 +353,21 @@ async fn after_a_compaction_objects_deleted_in_the_gap_arrive_as_final_state_unk
     s.dev.faults().pause();
     s.dev.faults().close_watches();
     let gone = ObjectKey::new(ResourceId::core("pods"), Some("gap"), "gone");
-    s.dev.store().delete(&gone, &Preconditions::default()).unwrap();
+    s.dev
+        .store()
+        .delete(&gone, &Preconditions::default())
+        .unwrap();
     s.dev.faults().compact();
     s.dev.faults().resume();
-    s.pods.create(&PostParams::default(), &pod("new")).await.unwrap();
+    s.pods
+        .create(&PostParams::default(), &pod("new"))
+        .await
+        .unwrap();
     let events = s.recorded.wait_for("rec", 4, WAIT).await;
-    assert_eq!(summary(&events[2..4]), ["delete gone final-state-unknown", "add new"]);
+    assert_eq!(
+        summary(&events[2..4]),
+        ["delete gone final-state-unknown", "add new"]
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }
@@ -225,7 +382,10 @@ async fn a_plugin_that_keeps_trapping_is_contained_reported_and_still_gets_every
     );
     let runtime = start(&s, &yaml).await;
     for name in ["boom-0", "boom-1", "boom-2", "boom-3", "boom-4", "fine"] {
-        s.pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        s.pods
+            .create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
     // The other plugin is not disturbed.
     assert_eq!(s.recorded.wait_for("calm", 6, WAIT).await.len(), 6);
@@ -236,11 +396,24 @@ async fn a_plugin_that_keeps_trapping_is_contained_reported_and_still_gets_every
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(s.recorded.messages("crashy").iter().any(|m| m == "ok fine"), "{:?}", s.recorded.messages("crashy"));
-    let status = runtime.statuses().await.into_iter().find(|p| p.name == "crashy").unwrap();
+    assert!(
+        s.recorded.messages("crashy").iter().any(|m| m == "ok fine"),
+        "{:?}",
+        s.recorded.messages("crashy")
+    );
+    let status = runtime
+        .statuses()
+        .await
+        .into_iter()
+        .find(|p| p.name == "crashy")
+        .unwrap();
     assert_eq!((status.calls, status.failures), (6, 5), "{status:?}");
     let error = status.last_error.unwrap().message;
-    assert!(error.contains("add Pod crashy/boom-4") && error.contains("boom: the plugin panicked on purpose"), "{error}");
+    assert!(
+        error.contains("add Pod crashy/boom-4")
+            && error.contains("boom: the plugin panicked on purpose"),
+        "{error}"
+    );
     runtime.shutdown().await;
     s.dev.shutdown().await.unwrap();
 }

@@ -47,8 +47,16 @@ struct Output {
 
 impl Kubectl {
     fn new(kubeconfig: &Path, namespace: &str) -> Self {
-        assert!(Path::new(&binary()).exists(), "kubectl not found at {}: install kubectl (or set KUBECTL)", binary());
-        Self { kubeconfig: kubeconfig.to_owned(), cache: tempfile::tempdir().unwrap(), namespace: namespace.into() }
+        assert!(
+            Path::new(&binary()).exists(),
+            "kubectl not found at {}: install kubectl (or set KUBECTL)",
+            binary()
+        );
+        Self {
+            kubeconfig: kubeconfig.to_owned(),
+            cache: tempfile::tempdir().unwrap(),
+            namespace: namespace.into(),
+        }
     }
 
     async fn run(&self, args: &[&str]) -> Output {
@@ -76,13 +84,21 @@ impl Kubectl {
 
     async fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args).await;
-        assert!(output.success, "kubectl {args:?} failed:\n{}{}", output.stdout, output.stderr);
+        assert!(
+            output.success,
+            "kubectl {args:?} failed:\n{}{}",
+            output.stdout, output.stderr
+        );
         output.stdout
     }
 
     async fn fails(&self, args: &[&str]) -> String {
         let output = self.run(args).await;
-        assert!(!output.success, "kubectl {args:?} should fail:\n{}", output.stdout);
+        assert!(
+            !output.success,
+            "kubectl {args:?} should fail:\n{}",
+            output.stdout
+        );
         output.stderr
     }
 
@@ -116,119 +132,371 @@ enum Server {
 async fn session(k: &Kubectl, server: Server) -> Value {
     let ns = k.namespace.as_str();
     // Typed generator commands (protobuf bodies).
-    assert_eq!(k.ok(&["create", "namespace", ns]).await.trim(), format!("namespace/{ns} created"));
-    assert!(k.ok(&["create", "configmap", "settings", "--from-literal=mode=fast"]).await.contains("configmap/settings created"));
-    assert_eq!(k.ok(&["get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).await, "fast");
-    assert!(k.ok(&["create", "secret", "generic", "creds", "--from-literal=password=s3cret"]).await.contains("secret/creds created"));
-    assert_eq!(k.ok(&["get", "secret", "creds", "-o", "jsonpath={.data.password}"]).await, "czNjcmV0");
-    assert!(k.ok(&["create", "serviceaccount", "robot"]).await.contains("serviceaccount/robot created"));
-    assert!(k.ok(&["create", "role", "reader", "--verb=get,list", "--resource=pods"]).await.contains("role.rbac.authorization.k8s.io/reader created"));
-    let created = k.ok(&["create", "deployment", "web", "--image=nginx:1.27", "--replicas=3"]).await;
+    assert_eq!(
+        k.ok(&["create", "namespace", ns]).await.trim(),
+        format!("namespace/{ns} created")
+    );
+    assert!(
+        k.ok(&[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast"
+        ])
+        .await
+        .contains("configmap/settings created")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode}"
+        ])
+        .await,
+        "fast"
+    );
+    assert!(
+        k.ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=s3cret"
+        ])
+        .await
+        .contains("secret/creds created")
+    );
+    assert_eq!(
+        k.ok(&["get", "secret", "creds", "-o", "jsonpath={.data.password}"])
+            .await,
+        "czNjcmV0"
+    );
+    assert!(
+        k.ok(&["create", "serviceaccount", "robot"])
+            .await
+            .contains("serviceaccount/robot created")
+    );
+    assert!(
+        k.ok(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods"
+        ])
+        .await
+        .contains("role.rbac.authorization.k8s.io/reader created")
+    );
+    let created = k
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=3",
+        ])
+        .await;
     assert!(created.contains("deployment.apps/web created"), "{created}");
     let web = k.json(&["get", "deployment", "web"]).await;
     assert_eq!(web["spec"]["replicas"], 3);
     assert_eq!(web["spec"]["selector"]["matchLabels"]["app"], "web");
-    assert_eq!(web["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
-    assert!(k.ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"]).await.contains("service/web created"));
-    assert_eq!(k.ok(&["get", "service", "web", "-o", "jsonpath={.spec.ports[0].targetPort}"]).await, "8080");
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.27"
+    );
+    assert!(
+        k.ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"])
+            .await
+            .contains("service/web created")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}"
+        ])
+        .await,
+        "8080"
+    );
     // Server-side apply by a second manager merges `ports` by its keys (port, protocol).
     let https = k.file("https.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports: [{name: https, port: 443, protocol: TCP, targetPort: 8443}]\n");
-    assert!(k.ok(&["apply", "--server-side", "--field-manager=tls", "-f", &https]).await.contains("service/web serverside-applied"));
-    assert_eq!(k.ok(&["get", "service", "web", "-o", "jsonpath={.spec.ports[*].port}"]).await, "80 443");
+    assert!(
+        k.ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=tls",
+            "-f",
+            &https
+        ])
+        .await
+        .contains("service/web serverside-applied")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.spec.ports[*].port}"
+        ])
+        .await,
+        "80 443"
+    );
 
     // apply validates by default: the server's strict field validation names the typo.
     let bad = k.file("bad.yaml", BAD_DEPLOYMENT);
     let refused = k.fails(&["apply", "-f", &bad]).await;
-    assert!(refused.contains("strict decoding error: unknown field \"spec.replica\""), "{refused}");
-    let good = k.file("good.yaml", &BAD_DEPLOYMENT.replace("replica:", "replicas:"));
-    assert!(k.ok(&["apply", "-f", &good]).await.contains("deployment.apps/api created"));
+    assert!(
+        refused.contains("strict decoding error: unknown field \"spec.replica\""),
+        "{refused}"
+    );
+    let good = k.file(
+        "good.yaml",
+        &BAD_DEPLOYMENT.replace("replica:", "replicas:"),
+    );
+    assert!(
+        k.ok(&["apply", "-f", &good])
+            .await
+            .contains("deployment.apps/api created")
+    );
     let explained = k.ok(&["explain", "deployment.spec.replicas"]).await;
-    assert!(explained.contains("FIELD: replicas <integer>"), "{explained}");
+    assert!(
+        explained.contains("FIELD: replicas <integer>"),
+        "{explained}"
+    );
 
     // Reading.
     let wide = k.ok(&["get", "deployments", "-o", "wide"]).await;
     let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]);
-    assert!(k.ok(&["get", "deployment", "web", "-o", "yaml"]).await.contains("image: nginx:1.27"));
-    assert!(k.ok(&["label", "deployment", "web", "tier=front"]).await.contains("deployment.apps/web labeled"));
-    assert!(k.ok(&["annotate", "deployment", "web", "note=hello"]).await.contains("deployment.apps/web annotated"));
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert!(
+        k.ok(&["get", "deployment", "web", "-o", "yaml"])
+            .await
+            .contains("image: nginx:1.27")
+    );
+    assert!(
+        k.ok(&["label", "deployment", "web", "tier=front"])
+            .await
+            .contains("deployment.apps/web labeled")
+    );
+    assert!(
+        k.ok(&["annotate", "deployment", "web", "note=hello"])
+            .await
+            .contains("deployment.apps/web annotated")
+    );
     let labelled = k.json(&["get", "deployment", "web"]).await;
-    assert_eq!((labelled["metadata"]["labels"]["tier"].as_str(), labelled["metadata"]["annotations"]["note"].as_str()), (Some("front"), Some("hello")));
-    assert_eq!(k.ok(&["auth", "can-i", "create", "pods"]).await.trim(), "yes");
+    assert_eq!(
+        (
+            labelled["metadata"]["labels"]["tier"].as_str(),
+            labelled["metadata"]["annotations"]["note"].as_str()
+        ),
+        (Some("front"), Some("hello"))
+    );
+    assert_eq!(
+        k.ok(&["auth", "can-i", "create", "pods"]).await.trim(),
+        "yes"
+    );
 
     // Scaling and rollouts: the object changes on both servers; only the dev cluster has a
     // deployment controller to roll it out.
-    assert!(k.ok(&["scale", "deployment", "web", "--replicas=4"]).await.contains("deployment.apps/web scaled"));
-    assert_eq!(k.json(&["get", "deployment", "web"]).await["spec"]["replicas"], 4);
-    assert!(k.ok(&["rollout", "restart", "deployment", "web"]).await.contains("deployment.apps/web restarted"));
+    assert!(
+        k.ok(&["scale", "deployment", "web", "--replicas=4"])
+            .await
+            .contains("deployment.apps/web scaled")
+    );
+    assert_eq!(
+        k.json(&["get", "deployment", "web"]).await["spec"]["replicas"],
+        4
+    );
+    assert!(
+        k.ok(&["rollout", "restart", "deployment", "web"])
+            .await
+            .contains("deployment.apps/web restarted")
+    );
     let restarted = k.json(&["get", "deployment", "web"]).await;
     assert!(restarted["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"].is_string());
-    assert_eq!(restarted["metadata"]["generation"], 4, "annotate, scale and restart each bump a Deployment's generation");
+    assert_eq!(
+        restarted["metadata"]["generation"], 4,
+        "annotate, scale and restart each bump a Deployment's generation"
+    );
     if server == Server::Dev {
-        let status = k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]).await;
-        assert!(status.contains("deployment \"web\" successfully rolled out"), "{status}");
+        let status = k
+            .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+            .await;
+        assert!(
+            status.contains("deployment \"web\" successfully rolled out"),
+            "{status}"
+        );
         let replicasets = k.json(&["get", "replicasets", "-l", "app=web"]).await;
         let mut sizes: Vec<(i64, i64)> = replicasets["items"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|rs| (rs["spec"]["replicas"].as_i64().unwrap(), rs["status"]["readyReplicas"].as_i64().unwrap_or(0)))
+            .map(|rs| {
+                (
+                    rs["spec"]["replicas"].as_i64().unwrap(),
+                    rs["status"]["readyReplicas"].as_i64().unwrap_or(0),
+                )
+            })
             .collect();
         sizes.sort();
-        assert_eq!(sizes, [(0, 0), (4, 4)], "the restart rolled every pod onto a new ReplicaSet");
+        assert_eq!(
+            sizes,
+            [(0, 0), (4, 4)],
+            "the restart rolled every pod onto a new ReplicaSet"
+        );
         let pods = k.json(&["get", "pods", "-l", "app=web"]).await;
         let pods = pods["items"].as_array().unwrap();
         assert_eq!(pods.len(), 4);
         for pod in pods {
             assert_eq!(pod["status"]["phase"], "Running", "{pod}");
-            assert!(pod["spec"]["nodeName"].as_str().unwrap().starts_with("dev-node-"), "{pod}");
+            assert!(
+                pod["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("dev-node-"),
+                "{pod}"
+            );
             assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
         }
         let events = k.ok(&["get", "events"]).await;
-        assert!(events.contains("ScalingReplicaSet") && events.contains("Scheduled") && events.contains("SuccessfulCreate"), "{events}");
+        assert!(
+            events.contains("ScalingReplicaSet")
+                && events.contains("Scheduled")
+                && events.contains("SuccessfulCreate"),
+            "{events}"
+        );
     } else {
-        assert!(k.json(&["get", "replicasets"]).await["items"].as_array().unwrap().is_empty(), "no controller-manager");
+        assert!(
+            k.json(&["get", "replicasets"]).await["items"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "no controller-manager"
+        );
         k.ok(&["get", "events"]).await;
     }
 
     // Deletion with each propagation policy.
     if server == Server::Dev {
-        k.ok(&["rollout", "status", "deployment/api", "--timeout=60s"]).await;
-        let deleted = k.ok(&["delete", "deployment", "api", "--cascade=foreground"]).await;
-        assert!(deleted.contains("deployment.apps \"api\" deleted"), "{deleted}");
-        assert!(k.json(&["get", "replicasets,pods", "-l", "app=api"]).await["items"].as_array().unwrap().is_empty(), "foreground deletion removed the dependents first");
+        k.ok(&["rollout", "status", "deployment/api", "--timeout=60s"])
+            .await;
+        let deleted = k
+            .ok(&["delete", "deployment", "api", "--cascade=foreground"])
+            .await;
+        assert!(
+            deleted.contains("deployment.apps \"api\" deleted"),
+            "{deleted}"
+        );
+        assert!(
+            k.json(&["get", "replicasets,pods", "-l", "app=api"]).await["items"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "foreground deletion removed the dependents first"
+        );
 
-        let old = k.ok(&["get", "replicasets", "-l", "app=web", "-o", "name"]).await;
-        k.ok(&["delete", "deployment", "web", "--cascade=orphan"]).await;
+        let old = k
+            .ok(&["get", "replicasets", "-l", "app=web", "-o", "name"])
+            .await;
+        k.ok(&["delete", "deployment", "web", "--cascade=orphan"])
+            .await;
         let orphans = k.json(&["get", "replicasets", "-l", "app=web"]).await;
         let orphans = orphans["items"].as_array().unwrap();
         assert_eq!(orphans.len(), 2, "orphaned ReplicaSets stay");
-        assert!(orphans.iter().all(|rs| rs["metadata"]["ownerReferences"].is_null()), "{orphans:?}");
+        assert!(
+            orphans
+                .iter()
+                .all(|rs| rs["metadata"]["ownerReferences"].is_null()),
+            "{orphans:?}"
+        );
 
         assert_eq!(old.lines().count(), 2, "{old}");
-        k.ok(&["create", "deployment", "bg", "--image=nginx", "--replicas=2"]).await;
-        k.ok(&["rollout", "status", "deployment/bg", "--timeout=60s"]).await;
-        let rs = k.ok(&["get", "replicasets", "-l", "app=bg", "-o", "name"]).await;
-        k.ok(&["delete", "deployment", "bg", "--cascade=background"]).await;
-        let gone = k.ok(&["wait", "--for=delete", rs.trim(), "--timeout=30s"]).await;
+        k.ok(&[
+            "create",
+            "deployment",
+            "bg",
+            "--image=nginx",
+            "--replicas=2",
+        ])
+        .await;
+        k.ok(&["rollout", "status", "deployment/bg", "--timeout=60s"])
+            .await;
+        let rs = k
+            .ok(&["get", "replicasets", "-l", "app=bg", "-o", "name"])
+            .await;
+        k.ok(&["delete", "deployment", "bg", "--cascade=background"])
+            .await;
+        let gone = k
+            .ok(&["wait", "--for=delete", rs.trim(), "--timeout=30s"])
+            .await;
         assert!(gone.contains("condition met") || gone.is_empty(), "{gone}");
 
-        k.ok(&["create", "job", "once", "--image=busybox", "--", "true"]).await;
-        let complete = k.ok(&["wait", "--for=condition=complete", "job/once", "--timeout=60s"]).await;
+        k.ok(&["create", "job", "once", "--image=busybox", "--", "true"])
+            .await;
+        let complete = k
+            .ok(&[
+                "wait",
+                "--for=condition=complete",
+                "job/once",
+                "--timeout=60s",
+            ])
+            .await;
         assert!(complete.contains("condition met"), "{complete}");
     } else {
-        k.ok(&["delete", "deployment", "api", "--cascade=foreground", "--wait=false"]).await;
+        k.ok(&[
+            "delete",
+            "deployment",
+            "api",
+            "--cascade=foreground",
+            "--wait=false",
+        ])
+        .await;
         let waiting = k.json(&["get", "deployment", "api"]).await;
-        assert_eq!(waiting["metadata"]["finalizers"], serde_json::json!(["foregroundDeletion"]), "without a garbage collector the finalizer stays: {waiting}");
+        assert_eq!(
+            waiting["metadata"]["finalizers"],
+            serde_json::json!(["foregroundDeletion"]),
+            "without a garbage collector the finalizer stays: {waiting}"
+        );
         assert!(waiting["metadata"]["deletionTimestamp"].is_string());
-        k.ok(&["delete", "deployment", "web", "--cascade=orphan", "--wait=false"]).await;
-        assert_eq!(k.json(&["get", "deployment", "web"]).await["metadata"]["finalizers"], serde_json::json!(["orphan"]));
+        k.ok(&[
+            "delete",
+            "deployment",
+            "web",
+            "--cascade=orphan",
+            "--wait=false",
+        ])
+        .await;
+        assert_eq!(
+            k.json(&["get", "deployment", "web"]).await["metadata"]["finalizers"],
+            serde_json::json!(["orphan"])
+        );
     }
     web
 }
 
 fn dev_config() -> DevClusterConfig {
-    DevClusterConfig::default().controllers(Some(ControllerConfig::default().nodes(2).pod_start_delay(Duration::from_millis(200))))
+    DevClusterConfig::default().controllers(Some(
+        ControllerConfig::default()
+            .nodes(2)
+            .pod_start_delay(Duration::from_millis(200)),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +509,9 @@ async fn a_newcomers_kubectl_session_on_the_dev_cluster() {
     session(&k, Server::Dev).await;
     let deleted = k.ok(&["delete", "namespace", "team"]).await;
     assert!(deleted.contains("namespace \"team\" deleted"), "{deleted}");
-    let left = Kubectl::new(&kubeconfig, "team").json(&["get", "configmaps,secrets,replicasets,pods"]).await;
+    let left = Kubectl::new(&kubeconfig, "team")
+        .json(&["get", "configmaps,secrets,replicasets,pods"])
+        .await;
     assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
     dev.shutdown().await.unwrap();
 }
@@ -250,15 +520,30 @@ async fn a_newcomers_kubectl_session_on_the_dev_cluster() {
 async fn the_same_session_on_the_real_kube_apiserver() {
     let server = KubeApiserver::shared();
     let namespace = format!("newcomer-{}", std::process::id());
-    let real = session(&Kubectl::new(&server.kubeconfig("admin"), &namespace), Server::Real).await;
+    let real = session(
+        &Kubectl::new(&server.kubeconfig("admin"), &namespace),
+        Server::Real,
+    )
+    .await;
 
     let dev = DevCluster::start(dev_config()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     dev.write_kubeconfig(dir.path().join("kubeconfig")).unwrap();
-    let ours = session(&Kubectl::new(&dir.path().join("kubeconfig"), &namespace), Server::Dev).await;
+    let ours = session(
+        &Kubectl::new(&dir.path().join("kubeconfig"), &namespace),
+        Server::Dev,
+    )
+    .await;
     // What kubectl sent decodes to the same object: the fields kubectl set agree (the real
     // server also fills in defaults, which the dev cluster does not).
-    for pointer in ["/metadata/labels", "/spec/replicas", "/spec/selector", "/spec/template/metadata/labels", "/spec/template/spec/containers/0/name", "/spec/template/spec/containers/0/image"] {
+    for pointer in [
+        "/metadata/labels",
+        "/spec/replicas",
+        "/spec/selector",
+        "/spec/template/metadata/labels",
+        "/spec/template/spec/containers/0/name",
+        "/spec/template/spec/containers/0/image",
+    ] {
         assert_eq!(ours.pointer(pointer), real.pointer(pointer), "{pointer}");
     }
     dev.shutdown().await.unwrap();
@@ -276,20 +561,56 @@ async fn owner_lookup_resolves_a_deployment_created_by_kubectl_create() {
     );
     let config = HostConfig::parse(&yaml, PathBuf::from("/")).unwrap_or_else(|p| panic!("{p:#?}"));
     let recorded = Recorded::default();
-    let options = RuntimeOptions { log_observer: Some(recorded.observer()), ..RuntimeOptions::default() };
-    let engine = Arc::new(PluginEngine::new(Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))).unwrap());
+    let options = RuntimeOptions {
+        log_observer: Some(recorded.observer()),
+        ..RuntimeOptions::default()
+    };
+    let engine = Arc::new(
+        PluginEngine::new(Some(
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"),
+        ))
+        .unwrap(),
+    );
     let runtime = Runtime::start(config, dev.client().unwrap(), engine, options).await;
-    assert!(runtime.wait_synced(WAIT).await, "{:#?}", runtime.statuses().await);
+    assert!(
+        runtime.wait_synced(WAIT).await,
+        "{:#?}",
+        runtime.statuses().await
+    );
 
     let k = Kubectl::new(&kubeconfig, "default");
-    k.ok(&["create", "deployment", "web", "--image=nginx"]).await;
-    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]).await;
-    let rs = k.ok(&["get", "replicasets", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"]).await;
-    let pod = k.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"]).await;
+    k.ok(&["create", "deployment", "web", "--image=nginx"])
+        .await;
+    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+        .await;
+    let rs = k
+        .ok(&[
+            "get",
+            "replicasets",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await;
+    let pod = k
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await;
     let expected = format!("pod default/{pod} -> ReplicaSet {rs} -> Deployment web");
     let deadline = std::time::Instant::now() + WAIT;
     while !recorded.messages("owner-lookup").contains(&expected) {
-        assert!(std::time::Instant::now() < deadline, "owner-lookup never logged {expected:?}: {:#?}", recorded.messages("owner-lookup"));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "owner-lookup never logged {expected:?}: {:#?}",
+            recorded.messages("owner-lookup")
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     runtime.shutdown().await;

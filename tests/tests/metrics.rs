@@ -35,7 +35,10 @@ fn short_digest(wasm: &[u8]) -> String {
 }
 
 fn hex_digest(wasm: &[u8]) -> String {
-    sha2::Sha256::digest(wasm).iter().map(|b| format!("{b:02x}")).collect()
+    sha2::Sha256::digest(wasm)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// GETs `url` with `accept`; returns the content type and body.
@@ -46,7 +49,12 @@ async fn get(url: String, accept: Option<&'static str>) -> (String, String) {
             request = request.header("accept", accept);
         }
         let mut response = request.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         (content_type, response.body_mut().read_to_string().unwrap())
     })
     .await
@@ -64,7 +72,11 @@ fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
         .iter()
         .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
         .collect();
-    assert!(matching.len() <= 1, "{metric}{labels:?} matches {} series", matching.len());
+    assert!(
+        matching.len() <= 1,
+        "{metric}{labels:?} matches {} series",
+        matching.len()
+    );
     match matching.first().map(|s| &s.value) {
         None => 0.0,
         Some(Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v)) => *v,
@@ -77,21 +89,39 @@ async fn wait_calls(runtime: &Runtime, expected: &[(&str, u64)]) {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let statuses = runtime.statuses().await;
-        let done = expected.iter().all(|(name, calls)| statuses.iter().any(|s| s.name == *name && s.calls >= *calls));
+        let done = expected.iter().all(|(name, calls)| {
+            statuses
+                .iter()
+                .any(|s| s.name == *name && s.calls >= *calls)
+        });
         if done {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "calls did not reach {expected:?}: {statuses:#?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "calls did not reach {expected:?}: {statuses:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_events_traps_lister_reads_and_swaps() {
-    let dev = DevCluster::start(DevClusterConfig::default()).await.expect("dev cluster starts");
+    let dev = DevCluster::start(DevClusterConfig::default())
+        .await
+        .expect("dev cluster starts");
     let client = dev.client().expect("client");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() }, ..Default::default() };
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(NS.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
     let dir = tempfile::tempdir().unwrap();
@@ -99,31 +129,73 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     let rec_path = dir.path().join("rec.wasm");
     std::fs::write(&rec_path, &rec_wasm).unwrap();
     let plugin = |name: &str, wasm: &str, extra: &str| {
-        format!("  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: {NS}}}]\n{extra}")
+        format!(
+            "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: {NS}}}]\n{extra}"
+        )
     };
     let yaml = [
         "plugins:\n".to_owned(),
-        plugin("rec", &rec_path.display().to_string(), "    config: {lookup: true}\n"),
+        plugin(
+            "rec",
+            &rec_path.display().to_string(),
+            "    config: {lookup: true}\n",
+        ),
         plugin("pan", guests::PANIC, ""),
-        plugin("mem", guests::MEMORY_HOG, "    limits: {memoryBytes: 16777216}\n"),
-        plugin("loop", guests::INFINITE_LOOP, "    limits: {deadline: 50ms}\n"),
+        plugin(
+            "mem",
+            guests::MEMORY_HOG,
+            "    limits: {memoryBytes: 16777216}\n",
+        ),
+        plugin(
+            "loop",
+            guests::INFINITE_LOOP,
+            "    limits: {deadline: 50ms}\n",
+        ),
         plugin("flood", guests::LOG_FLOOD, "    limits: {deadline: 5s}\n"),
     ]
     .concat();
-    let config = HostConfig::parse(&yaml, dir.path().to_owned()).unwrap_or_else(|p| panic!("{p:#?}"));
-    let engine = Arc::new(PluginEngine::new(Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))).unwrap());
+    let config =
+        HostConfig::parse(&yaml, dir.path().to_owned()).unwrap_or_else(|p| panic!("{p:#?}"));
+    let engine = Arc::new(
+        PluginEngine::new(Some(
+            std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"),
+        ))
+        .unwrap(),
+    );
     let recorded = Recorded::default();
-    let options = RuntimeOptions { log_observer: Some(recorded.observer()), ..RuntimeOptions::default() };
+    let options = RuntimeOptions {
+        log_observer: Some(recorded.observer()),
+        ..RuntimeOptions::default()
+    };
     let runtime = Runtime::start(config, client.clone(), engine, options).await;
-    assert!(runtime.wait_synced(WAIT).await, "plugins did not sync: {:#?}", runtime.statuses().await);
-    let (admin, _task) = wasmformer::admin::serve("127.0.0.1:0".parse().unwrap(), runtime.clone(), None).await.unwrap();
+    assert!(
+        runtime.wait_synced(WAIT).await,
+        "plugins did not sync: {:#?}",
+        runtime.statuses().await
+    );
+    let (admin, _task) =
+        wasmformer::admin::serve("127.0.0.1:0".parse().unwrap(), runtime.clone(), None)
+            .await
+            .unwrap();
 
     // Two live adds for every plugin: `a` is handled, `boom-1` makes each test guest fail its
     // own way.
     for name in ["a", "boom-1"] {
-        pods.create(&PostParams::default(), &pod(name)).await.unwrap();
+        pods.create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
-    wait_calls(&runtime, &[("rec", 2), ("pan", 2), ("mem", 2), ("loop", 2), ("flood", 2)]).await;
+    wait_calls(
+        &runtime,
+        &[
+            ("rec", 2),
+            ("pan", 2),
+            ("mem", 2),
+            ("loop", 2),
+            ("flood", 2),
+        ],
+    )
+    .await;
 
     // A swap that fails (the new version's init refuses), then one that succeeds.
     std::fs::write(&rec_path, std::fs::read(guests::INIT_FAILS).unwrap()).unwrap();
@@ -132,17 +204,44 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     let rec_v2 = with_custom_section(&rec_wasm, "wasmformer-test-version", b"v2");
     std::fs::write(&rec_path, &rec_v2).unwrap();
     let swapped = runtime.reload_plugin("rec", false).await.unwrap();
-    assert!(matches!(swapped, ReloadOutcome::Swapped { .. }), "{swapped:?}");
-    pods.create(&PostParams::default(), &pod("c")).await.unwrap();
-    wait_calls(&runtime, &[("rec", 3), ("pan", 3), ("mem", 3), ("loop", 3), ("flood", 3)]).await;
+    assert!(
+        matches!(swapped, ReloadOutcome::Swapped { .. }),
+        "{swapped:?}"
+    );
+    pods.create(&PostParams::default(), &pod("c"))
+        .await
+        .unwrap();
+    wait_calls(
+        &runtime,
+        &[
+            ("rec", 3),
+            ("pan", 3),
+            ("mem", 3),
+            ("loop", 3),
+            ("flood", 3),
+        ],
+    )
+    .await;
     recorded.wait_for("rec", 3, WAIT).await;
 
     let (content_type, text) = get(format!("http://{admin}/metrics"), None).await;
-    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
     let scrape = parse(&text);
     let (v1, v2) = (short_digest(&rec_wasm), short_digest(&rec_v2));
     let calls = |plugin: &str, version: &str, result: &str| {
-        value(&scrape, "wasmformer_handler_calls_total", &[("plugin", plugin), ("version", version), ("event", "add"), ("result", result)])
+        value(
+            &scrape,
+            "wasmformer_handler_calls_total",
+            &[
+                ("plugin", plugin),
+                ("version", version),
+                ("event", "add"),
+                ("result", result),
+            ],
+        )
     };
     assert_eq!(calls("rec", &v1, "ok"), 2.0, "{text}");
     assert_eq!(calls("rec", &v2, "ok"), 1.0, "{text}");
@@ -154,49 +253,226 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     assert_eq!(calls("loop", &v(guests::INFINITE_LOOP), "deadline"), 1.0);
     assert_eq!(calls("loop", &v(guests::INFINITE_LOOP), "ok"), 2.0);
     assert_eq!(calls("flood", &v(guests::LOG_FLOOD), "ok"), 3.0);
-    assert_eq!(value(&scrape, "wasmformer_handler_duration_seconds", &[("plugin", "rec"), ("event", "add")]), 3.0, "count of the histogram");
-    assert!(value(&scrape, "wasmformer_plugin_log_dropped_bytes_total", &[("plugin", "flood")]) > 100_000.0, "{text}");
-    assert_eq!(value(&scrape, "wasmformer_plugin_log_dropped_bytes_total", &[("plugin", "rec")]), 0.0);
-    assert_eq!(value(&scrape, "wasmformer_lister_calls_total", &[("plugin", "rec"), ("kind", "v1 Pod"), ("result", "ok")]), 3.0, "{text}");
-    assert_eq!(value(&scrape, "wasmformer_plugin_swaps_total", &[("plugin", "rec"), ("result", "ok")]), 1.0);
-    assert_eq!(value(&scrape, "wasmformer_plugin_swaps_total", &[("plugin", "rec"), ("result", "error")]), 1.0);
-    assert_eq!(value(&scrape, "wasmformer_plugin_info", &[("plugin", "rec"), ("version", &v2), ("contract", wasmformer::plugin::CONTRACT_VERSION)]), 1.0, "{text}");
-    assert_eq!(value(&scrape, "wasmformer_plugin_info", &[("plugin", "rec"), ("version", &v1)]), 0.0, "the old version's info is gone");
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_handler_duration_seconds",
+            &[("plugin", "rec"), ("event", "add")]
+        ),
+        3.0,
+        "count of the histogram"
+    );
+    assert!(
+        value(
+            &scrape,
+            "wasmformer_plugin_log_dropped_bytes_total",
+            &[("plugin", "flood")]
+        ) > 100_000.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_plugin_log_dropped_bytes_total",
+            &[("plugin", "rec")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_lister_calls_total",
+            &[("plugin", "rec"), ("kind", "v1 Pod"), ("result", "ok")]
+        ),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_plugin_swaps_total",
+            &[("plugin", "rec"), ("result", "ok")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_plugin_swaps_total",
+            &[("plugin", "rec"), ("result", "error")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_plugin_info",
+            &[
+                ("plugin", "rec"),
+                ("version", &v2),
+                ("contract", wasmformer::plugin::CONTRACT_VERSION)
+            ]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_plugin_info",
+            &[("plugin", "rec"), ("version", &v1)]
+        ),
+        0.0,
+        "the old version's info is gone"
+    );
 
     // The queue: a sync marker and three adds, all delivered.
-    assert_eq!(value(&scrape, "workqueue_adds_total", &[("name", "rec")]), 4.0, "{text}");
+    assert_eq!(
+        value(&scrape, "workqueue_adds_total", &[("name", "rec")]),
+        4.0,
+        "{text}"
+    );
     assert_eq!(value(&scrape, "workqueue_depth", &[("name", "rec")]), 0.0);
-    assert_eq!(value(&scrape, "workqueue_queue_duration_seconds", &[("name", "rec")]), 4.0);
-    assert_eq!(value(&scrape, "workqueue_work_duration_seconds", &[("name", "rec")]), 3.0);
-    assert_eq!(value(&scrape, "workqueue_unfinished_work_seconds", &[("name", "rec")]), 0.0);
-    assert_eq!(value(&scrape, "workqueue_retries_total", &[("name", "rec")]), 0.0);
-    assert!(scrape.samples.iter().any(|s| s.metric == "workqueue_longest_running_processor_seconds"));
-    assert!(scrape.samples.iter().any(|s| s.metric == "wasmformer_queue_coalesced_total"));
+    assert_eq!(
+        value(
+            &scrape,
+            "workqueue_queue_duration_seconds",
+            &[("name", "rec")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "workqueue_work_duration_seconds",
+            &[("name", "rec")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "workqueue_unfinished_work_seconds",
+            &[("name", "rec")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(&scrape, "workqueue_retries_total", &[("name", "rec")]),
+        0.0
+    );
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "workqueue_longest_running_processor_seconds")
+    );
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "wasmformer_queue_coalesced_total")
+    );
 
     // One informer serves all five plugins: one series, never one per object.
     let informer = [("resource", "pods"), ("namespace", NS), ("selector", "")];
-    let with = |extra: (&'static str, &'static str)| -> Vec<(&str, &str)> { informer.iter().copied().chain([extra]).collect() };
-    assert_eq!(value(&scrape, "wasmformer_informer_objects", &informer), 3.0, "{text}");
+    let with = |extra: (&'static str, &'static str)| -> Vec<(&str, &str)> {
+        informer.iter().copied().chain([extra]).collect()
+    };
+    assert_eq!(
+        value(&scrape, "wasmformer_informer_objects", &informer),
+        3.0,
+        "{text}"
+    );
     assert_eq!(value(&scrape, "wasmformer_informer_synced", &informer), 1.0);
-    assert_eq!(value(&scrape, "wasmformer_informer_events_total", &with(("type", "added"))), 3.0);
-    assert_eq!(value(&scrape, "wasmformer_informer_events_total", &with(("type", "deleted"))), 0.0);
-    assert_eq!(value(&scrape, "wasmformer_informer_lists_total", &with(("reason", "start"))), 1.0);
-    assert_eq!(value(&scrape, "wasmformer_informer_lists_total", &with(("reason", "410"))), 0.0);
-    assert_eq!(value(&scrape, "wasmformer_informer_watch_restarts_total", &informer), 0.0);
-    assert!(value(&scrape, "wasmformer_informer_seconds_since_last_event", &informer) >= 0.0);
-    assert_eq!(scrape.samples.iter().filter(|s| s.metric == "wasmformer_informer_objects").count(), 1);
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_informer_events_total",
+            &with(("type", "added"))
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_informer_events_total",
+            &with(("type", "deleted"))
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_informer_lists_total",
+            &with(("reason", "start"))
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_informer_lists_total",
+            &with(("reason", "410"))
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "wasmformer_informer_watch_restarts_total",
+            &informer
+        ),
+        0.0
+    );
+    assert!(
+        value(
+            &scrape,
+            "wasmformer_informer_seconds_since_last_event",
+            &informer
+        ) >= 0.0
+    );
+    assert_eq!(
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "wasmformer_informer_objects")
+            .count(),
+        1
+    );
 
     // The API client and the process.
-    assert!(value(&scrape, "wasmformer_api_requests_total", &[("verb", "WATCH"), ("code", "200")]) >= 1.0, "{text}");
-    assert!(value(&scrape, "wasmformer_api_requests_total", &[("verb", "GET"), ("code", "200")]) >= 1.0, "{text}");
+    assert!(
+        value(
+            &scrape,
+            "wasmformer_api_requests_total",
+            &[("verb", "WATCH"), ("code", "200")]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &scrape,
+            "wasmformer_api_requests_total",
+            &[("verb", "GET"), ("code", "200")]
+        ) >= 1.0,
+        "{text}"
+    );
     assert!(value(&scrape, "process_resident_memory_bytes", &[]) > 1_000_000.0);
     assert!(value(&scrape, "process_open_fds", &[]) > 0.0);
     assert!(value(&scrape, "process_cpu_seconds_total", &[]) > 0.0);
     assert_eq!(value(&scrape, "wasmformer_leader", &[]), 1.0);
 
     // OpenMetrics when asked.
-    let (content_type, text) = get(format!("http://{admin}/metrics"), Some("application/openmetrics-text;version=1.0.0")).await;
-    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let (content_type, text) = get(
+        format!("http://{admin}/metrics"),
+        Some("application/openmetrics-text;version=1.0.0"),
+    )
+    .await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
     assert!(text.ends_with("# EOF\n"));
 
     // The dashboard queries only what the host exports.
@@ -206,28 +482,46 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
     let used = dashboard_metrics(&std::fs::read_to_string(&dashboard).unwrap());
     assert!(used.len() >= 10, "the dashboard uses {used:?}");
     let unknown: Vec<&String> = used.iter().filter(|m| !exported.contains(*m)).collect();
-    assert!(unknown.is_empty(), "deploy/grafana-dashboard.json queries metrics the host does not export: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "deploy/grafana-dashboard.json queries metrics the host does not export: {unknown:?}"
+    );
 
     // So does the README's metrics table.
     let readme = std::fs::read_to_string(wasmformer_tests::repo_root().join("README.md")).unwrap();
     let documented = readme_metrics(&readme);
-    assert!(documented.len() >= 25, "the README documents {documented:?}");
+    assert!(
+        documented.len() >= 25,
+        "the README documents {documented:?}"
+    );
     let undocumented: Vec<&String> = documented
         .iter()
         .filter(|m| !exported.contains(*m) && !exported.contains(&format!("{m}_bucket")))
         .collect();
-    assert!(undocumented.is_empty(), "the README documents metrics the host does not export: {undocumented:?}");
+    assert!(
+        undocumented.is_empty(),
+        "the README documents metrics the host does not export: {undocumented:?}"
+    );
     runtime.shutdown().await;
 }
 
 /// The metric names in the first column of the README's metrics table.
 fn readme_metrics(readme: &str) -> BTreeSet<String> {
-    let section = &readme[readme.find("### Metrics").expect("README has a Metrics section")..];
+    let section = &readme[readme
+        .find("### Metrics")
+        .expect("README has a Metrics section")..];
     let section = &section[..section.find("\n### ").unwrap_or(section.len())];
     section
         .lines()
         .filter(|l| l.starts_with("| `"))
-        .flat_map(|l| l.split('|').nth(1).unwrap().split(',').map(|m| m.trim().trim_matches('`').to_owned()).collect::<Vec<_>>())
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .map(|m| m.trim().trim_matches('`').to_owned())
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -245,8 +539,31 @@ fn dashboard_metrics(json: &str) -> BTreeSet<String> {
     let mut exprs = Vec::new();
     collect_exprs(&dashboard, &mut exprs);
     const PROMQL: &[&str] = &[
-        "sum", "rate", "irate", "increase", "by", "without", "histogram_quantile", "le", "max", "min", "avg", "count", "topk",
-        "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "time", "clamp_min", "label_replace", "bool", "vector",
+        "sum",
+        "rate",
+        "irate",
+        "increase",
+        "by",
+        "without",
+        "histogram_quantile",
+        "le",
+        "max",
+        "min",
+        "avg",
+        "count",
+        "topk",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "and",
+        "or",
+        "unless",
+        "time",
+        "clamp_min",
+        "label_replace",
+        "bool",
+        "vector",
     ];
     let mut names = BTreeSet::new();
     for expr in exprs {
@@ -261,8 +578,13 @@ fn dashboard_metrics(json: &str) -> BTreeSet<String> {
                 _ => {}
             }
         }
-        for token in strip_grouping(&outside).split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
-            if token.is_empty() || token.chars().next().unwrap().is_ascii_digit() || PROMQL.contains(&token) {
+        for token in strip_grouping(&outside)
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        {
+            if token.is_empty()
+                || token.chars().next().unwrap().is_ascii_digit()
+                || PROMQL.contains(&token)
+            {
                 continue;
             }
             names.insert(token.to_owned());
@@ -276,7 +598,10 @@ fn strip_grouping(expr: &str) -> String {
     let mut out = expr.to_owned();
     for keyword in ["by", "without"] {
         while let Some(at) = out.match_indices(keyword).map(|(i, _)| i).find(|&i| {
-            let before = out[..i].chars().last().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let before = out[..i]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
             before && out[i + keyword.len()..].trim_start().starts_with('(')
         }) {
             let close = at + out[at..].find(')').expect("a closing parenthesis");

@@ -9,14 +9,18 @@ use std::time::Duration;
 use serde_json::json;
 use wasmformer::cache::{IndexSpec, Store};
 use wasmformer::plugin::{
-    CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine, PluginInstance, TrapKind,
+    CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine,
+    PluginInstance, TrapKind,
 };
 use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store};
 
 /// An engine whose compile cache is shared by this test binary's tests (the cache itself is
 /// tested with its own directory below).
 fn engine() -> PluginEngine {
-    PluginEngine::new(Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))).expect("engine")
+    PluginEngine::new(Some(
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"),
+    ))
+    .expect("engine")
 }
 
 /// A started plugin and every line it logged.
@@ -30,8 +34,18 @@ impl Running {
         Self::try_start(engine, wasm, limits, grants, json!({})).expect("plugin starts")
     }
 
-    fn try_start(engine: &PluginEngine, wasm: &str, limits: Limits, grants: Grants, config: serde_json::Value) -> Result<Self, CallError> {
-        let name = Path::new(wasm).file_stem().unwrap().to_string_lossy().into_owned();
+    fn try_start(
+        engine: &PluginEngine,
+        wasm: &str,
+        limits: Limits,
+        grants: Grants,
+        config: serde_json::Value,
+    ) -> Result<Self, CallError> {
+        let name = Path::new(wasm)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let plugin = LoadedPlugin::load(engine, &name, Path::new(wasm)).expect("plugin loads");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let observer: LogObserver = {
@@ -43,11 +57,22 @@ impl Running {
     }
 
     fn add(&mut self, name: &str) -> Result<(), CallError> {
-        self.instance.handle(&pod_gvk(), &Event::Add { obj: pod("default", name, 1), initial: false })
+        self.instance.handle(
+            &pod_gvk(),
+            &Event::Add {
+                obj: pod("default", name, 1),
+                initial: false,
+            },
+        )
     }
 
     fn messages(&self) -> Vec<String> {
-        self.lines.lock().unwrap().iter().map(|l| l.message.clone()).collect()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.message.clone())
+            .collect()
     }
 }
 
@@ -60,62 +85,160 @@ fn assert_contained(wasm: &str, limits: Limits, kind: TrapKind) -> CallError {
     let err = plugin.add("boom").unwrap_err();
     assert_eq!(err.trap_kind(), Some(kind), "unexpected error: {err:?}");
     plugin.add("fine-after").unwrap();
-    assert_eq!(plugin.instance.instantiations(), 2, "the instance is recreated after the trap");
-    assert_eq!((plugin.instance.calls(), plugin.instance.failures()), (3, 1));
+    assert_eq!(
+        plugin.instance.instantiations(),
+        2,
+        "the instance is recreated after the trap"
+    );
+    assert_eq!(
+        (plugin.instance.calls(), plugin.instance.failures()),
+        (3, 1)
+    );
     let messages = plugin.messages();
-    assert!(messages.contains(&"ok fine-before".to_owned()) && messages.contains(&"ok fine-after".to_owned()), "{messages:?}");
+    assert!(
+        messages.contains(&"ok fine-before".to_owned())
+            && messages.contains(&"ok fine-after".to_owned()),
+        "{messages:?}"
+    );
     let report = wasmformer::error_chain(&err);
-    assert!(!report.contains('\n') && !report.contains("backtrace"), "a trap report is one line: {report}");
-    assert!(report.starts_with(&kind.to_string()) || kind == TrapKind::MemoryLimit, "the cause comes first: {report}");
+    assert!(
+        !report.contains('\n') && !report.contains("backtrace"),
+        "a trap report is one line: {report}"
+    );
+    assert!(
+        report.starts_with(&kind.to_string()) || kind == TrapKind::MemoryLimit,
+        "the cause comes first: {report}"
+    );
     err
 }
 
 /// The function a trap's report names.
 fn frame(err: &CallError) -> &str {
-    let CallError::Trap { frame, .. } = err else { panic!("not a trap: {err:?}") };
-    frame.as_deref().unwrap_or_else(|| panic!("no guest frame in {err}"))
+    let CallError::Trap { frame, .. } = err else {
+        panic!("not a trap: {err:?}")
+    };
+    frame
+        .as_deref()
+        .unwrap_or_else(|| panic!("no guest frame in {err}"))
 }
 
 #[test]
 fn pod_logger_logs_the_classic_informer_lines() {
     let engine = engine();
-    let mut plugin = Running::start(&engine, guests::POD_LOGGER, Limits::default(), Grants::none());
+    let mut plugin = Running::start(
+        &engine,
+        guests::POD_LOGGER,
+        Limits::default(),
+        Grants::none(),
+    );
     let gvk = pod_gvk();
     let (v1, v2) = (pod("default", "web", 1), pod("default", "web", 2));
-    plugin.instance.handle(&gvk, &Event::Add { obj: v1.clone(), initial: true }).unwrap();
-    plugin.instance.handle(&gvk, &Event::Update { old: v1, new: v2.clone() }).unwrap();
-    plugin.instance.handle(&gvk, &Event::Delete { obj: v2, final_state_unknown: false }).unwrap();
-    assert_eq!(plugin.messages(), ["New Pod Added to Store: web", "web Pod Updated to web", "Pod Deleted from Store: web"]);
-    assert!(plugin.lines.lock().unwrap().iter().all(|l| &*l.plugin == "pod_logger" && l.level == tracing::Level::INFO));
+    plugin
+        .instance
+        .handle(
+            &gvk,
+            &Event::Add {
+                obj: v1.clone(),
+                initial: true,
+            },
+        )
+        .unwrap();
+    plugin
+        .instance
+        .handle(
+            &gvk,
+            &Event::Update {
+                old: v1,
+                new: v2.clone(),
+            },
+        )
+        .unwrap();
+    plugin
+        .instance
+        .handle(
+            &gvk,
+            &Event::Delete {
+                obj: v2,
+                final_state_unknown: false,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        plugin.messages(),
+        [
+            "New Pod Added to Store: web",
+            "web Pod Updated to web",
+            "Pod Deleted from Store: web"
+        ]
+    );
+    assert!(
+        plugin
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|l| &*l.plugin == "pod_logger" && l.level == tracing::Level::INFO)
+    );
 }
 
 #[test]
 fn a_panic_is_a_trap_with_the_panic_message() {
     let err = assert_contained(guests::PANIC, Limits::default(), TrapKind::Unreachable);
     let text = err.to_string();
-    assert!(text.contains("boom: the plugin panicked on purpose"), "{text}");
-    assert_eq!(frame(&err), "<guest_panic::Guest as wasmformer_guest::Plugin>::on_add", "{text}");
+    assert!(
+        text.contains("boom: the plugin panicked on purpose"),
+        "{text}"
+    );
+    assert_eq!(
+        frame(&err),
+        "<guest_panic::Guest as wasmformer_guest::Plugin>::on_add",
+        "{text}"
+    );
 }
 
 #[test]
 fn an_infinite_loop_is_stopped_at_the_deadline() {
-    let limits = Limits { deadline: Duration::from_millis(50), ..Limits::default() };
-    let CallError::Trap { elapsed, .. } = assert_contained(guests::INFINITE_LOOP, limits, TrapKind::Deadline) else { unreachable!() };
-    assert!(elapsed >= Duration::from_millis(45), "stopped before its deadline: {elapsed:?}");
+    let limits = Limits {
+        deadline: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let CallError::Trap { elapsed, .. } =
+        assert_contained(guests::INFINITE_LOOP, limits, TrapKind::Deadline)
+    else {
+        unreachable!()
+    };
+    assert!(
+        elapsed >= Duration::from_millis(45),
+        "stopped before its deadline: {elapsed:?}"
+    );
 }
 
 #[test]
 fn unbounded_allocation_is_stopped_at_the_memory_limit() {
-    let limits = Limits { memory_bytes: 16 << 20, ..Limits::default() };
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
     let err = assert_contained(guests::MEMORY_HOG, limits, TrapKind::MemoryLimit);
-    assert!(format!("{:#}", anyhow::Error::from(err)).contains("memory limit of 16777216 bytes exceeded"));
+    assert!(
+        format!("{:#}", anyhow::Error::from(err))
+            .contains("memory limit of 16777216 bytes exceeded")
+    );
 }
 
 #[test]
 fn runaway_recursion_is_a_stack_overflow_named_with_its_function() {
-    let err = assert_contained(guests::DEEP_RECURSION, Limits::default(), TrapKind::StackOverflow);
+    let err = assert_contained(
+        guests::DEEP_RECURSION,
+        Limits::default(),
+        TrapKind::StackOverflow,
+    );
     assert_eq!(frame(&err), "guest_deep_recursion::depth", "{err}");
-    assert!(err.to_string().starts_with("stack overflow in guest_deep_recursion::depth after "), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("stack overflow in guest_deep_recursion::depth after "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -130,12 +253,22 @@ fn a_blocking_wasi_sleep_is_stopped_at_the_deadline() {
 fn a_log_flood_is_capped_per_call_and_the_call_succeeds() {
     let engine = engine();
     // A generous deadline: 20,000 log calls are what is tested here, not speed.
-    let limits = Limits { log_bytes_per_call: 4096, deadline: Duration::from_secs(10), ..Limits::default() };
+    let limits = Limits {
+        log_bytes_per_call: 4096,
+        deadline: Duration::from_secs(10),
+        ..Limits::default()
+    };
     let mut plugin = Running::start(&engine, guests::LOG_FLOOD, limits, Grants::none());
     plugin.add("boom").unwrap();
     let logged: usize = plugin.messages().iter().map(String::len).sum();
-    assert!(logged <= 4096, "logged {logged} bytes over a 4096-byte budget");
-    assert!(plugin.messages().len() > 10, "lines within the budget still arrive");
+    assert!(
+        logged <= 4096,
+        "logged {logged} bytes over a 4096-byte budget"
+    );
+    assert!(
+        plugin.messages().len() > 10,
+        "lines within the budget still arrive"
+    );
     plugin.add("next").unwrap();
     assert_eq!(plugin.messages().last().unwrap(), "ok next");
 }
@@ -147,19 +280,36 @@ fn a_lister_call_for_an_ungranted_kind_is_forbidden() {
     grants.grant(store(pod_gvk(), vec![]));
     let mut plugin = Running::start(&engine, guests::UNGRANTED_LISTER, Limits::default(), grants);
     let err = plugin.add("boom").unwrap_err();
-    let CallError::Handler(message) = &err else { panic!("expected a handler error, got {err:?}") };
-    assert!(message.contains("forbidden") && message.contains("v1 Secret") && message.contains("ungranted_lister"), "{message}");
+    let CallError::Handler(message) = &err else {
+        panic!("expected a handler error, got {err:?}")
+    };
+    assert!(
+        message.contains("forbidden")
+            && message.contains("v1 Secret")
+            && message.contains("ungranted_lister"),
+        "{message}"
+    );
     plugin.add("next").unwrap();
 }
 
 #[test]
 fn owner_lookup_follows_owners_through_the_lister() {
     let engine = engine();
-    let rs_store = store(wasmformer::cache::Gvk::from_api_version("apps/v1", "ReplicaSet"), vec![]);
-    let deploy_store = store(wasmformer::cache::Gvk::from_api_version("apps/v1", "Deployment"), vec![]);
+    let rs_store = store(
+        wasmformer::cache::Gvk::from_api_version("apps/v1", "ReplicaSet"),
+        vec![],
+    );
+    let deploy_store = store(
+        wasmformer::cache::Gvk::from_api_version("apps/v1", "Deployment"),
+        vec![],
+    );
     let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "x", "controller": true}]);
     rs_store.upsert(rs_store.admit(json!({"metadata": {"namespace": "shop", "name": "web-5d8", "ownerReferences": owner("Deployment", "web")}})).unwrap());
-    deploy_store.upsert(deploy_store.admit(json!({"metadata": {"namespace": "shop", "name": "web"}})).unwrap());
+    deploy_store.upsert(
+        deploy_store
+            .admit(json!({"metadata": {"namespace": "shop", "name": "web"}}))
+            .unwrap(),
+    );
     let mut grants = Grants::none();
     grants.grant(rs_store).grant(deploy_store);
     let mut plugin = Running::start(&engine, guests::OWNER_LOOKUP, Limits::default(), grants);
@@ -167,14 +317,29 @@ fn owner_lookup_follows_owners_through_the_lister() {
     let mut pod = pod_json("shop", "web-5d8-abc", 3);
     pod["metadata"]["ownerReferences"] = owner("ReplicaSet", "web-5d8");
     let obj = Arc::new(wasmformer::cache::CachedObject::from_value(pod, true, &[]).unwrap());
-    plugin.instance.handle(&pod_gvk(), &Event::Add { obj, initial: false }).unwrap();
-    assert_eq!(plugin.messages(), ["pod shop/web-5d8-abc -> ReplicaSet web-5d8 -> Deployment web"]);
+    plugin
+        .instance
+        .handle(
+            &pod_gvk(),
+            &Event::Add {
+                obj,
+                initial: false,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        plugin.messages(),
+        ["pod shop/web-5d8-abc -> ReplicaSet web-5d8 -> Deployment web"]
+    );
 }
 
 #[test]
 fn node_pods_counts_pods_on_a_cordoned_node_through_a_custom_index() {
     let engine = engine();
-    let by_node = IndexSpec { name: "pods-by-node".into(), path: "spec.nodeName".parse().unwrap() };
+    let by_node = IndexSpec {
+        name: "pods-by-node".into(),
+        path: "spec.nodeName".parse().unwrap(),
+    };
     let pods: Arc<Store> = store(pod_gvk(), vec![by_node]);
     for (name, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
         let mut p = pod_json("default", name, 1);
@@ -195,17 +360,53 @@ fn node_pods_counts_pods_on_a_cordoned_node_through_a_custom_index() {
             .unwrap(),
         )
     };
-    plugin.instance.handle(&node_gvk, &Event::Update { old: node(1, false), new: node(2, true) }).unwrap();
-    plugin.instance.handle(&node_gvk, &Event::Update { old: node(2, true), new: node(3, true) }).unwrap();
+    plugin
+        .instance
+        .handle(
+            &node_gvk,
+            &Event::Update {
+                old: node(1, false),
+                new: node(2, true),
+            },
+        )
+        .unwrap();
+    plugin
+        .instance
+        .handle(
+            &node_gvk,
+            &Event::Update {
+                old: node(2, true),
+                new: node(3, true),
+            },
+        )
+        .unwrap();
     assert_eq!(plugin.messages(), ["node n1 cordoned with 2 pods on it"]);
 }
 
 #[test]
 fn init_errors_stop_the_plugin_from_starting() {
     let engine = engine();
-    let err = Running::try_start(&engine, guests::INIT_FAILS, Limits::default(), Grants::none(), json!({})).err().unwrap();
-    assert!(matches!(&err, CallError::Init(m) if m.contains("init refused")), "{err:?}");
-    Running::try_start(&engine, guests::INIT_FAILS, Limits::default(), Grants::none(), json!({"ok": true})).unwrap();
+    let err = Running::try_start(
+        &engine,
+        guests::INIT_FAILS,
+        Limits::default(),
+        Grants::none(),
+        json!({}),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, CallError::Init(m) if m.contains("init refused")),
+        "{err:?}"
+    );
+    Running::try_start(
+        &engine,
+        guests::INIT_FAILS,
+        Limits::default(),
+        Grants::none(),
+        json!({"ok": true}),
+    )
+    .unwrap();
 }
 
 fn load_error(wasm: &Path) -> String {
@@ -216,19 +417,32 @@ fn load_error(wasm: &Path) -> String {
 #[test]
 fn a_component_of_another_world_is_refused() {
     let text = load_error(Path::new(guests::WRONG_WORLD));
-    assert!(text.starts_with("plugin bad:") && text.contains("is not a wasmformer plugin") && text.contains("greet"), "{text}");
+    assert!(
+        text.starts_with("plugin bad:")
+            && text.contains("is not a wasmformer plugin")
+            && text.contains("greet"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_plugin_for_another_contract_version_is_refused_naming_both() {
     let text = load_error(Path::new(guests::FUTURE_CONTRACT));
-    assert!(text.contains("built for contract wasmformer:plugin@0.4.0") && text.contains("accepts wasmformer:plugin@0.3.x or wasmformer:plugin@0.2.x"), "{text}");
+    assert!(
+        text.contains("built for contract wasmformer:plugin@0.4.0")
+            && text.contains("accepts wasmformer:plugin@0.3.x or wasmformer:plugin@0.2.x"),
+        "{text}"
+    );
 }
 
 #[test]
 fn an_import_the_host_does_not_provide_is_refused_naming_it() {
     let text = load_error(Path::new(guests::MISSING_IMPORT));
-    assert!(text.contains("imports what the host does not provide") && text.contains("test:missing/secrets"), "{text}");
+    assert!(
+        text.contains("imports what the host does not provide")
+            && text.contains("test:missing/secrets"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -249,10 +463,22 @@ fn a_cached_artifact_this_host_did_not_write_for_that_plugin_is_recompiled() {
     let cache = tempfile::tempdir().unwrap();
     let engine = PluginEngine::new(Some(cache.path().to_owned())).unwrap();
     let (logger, panic) = (Path::new(guests::POD_LOGGER), Path::new(guests::PANIC));
-    let logger_digest = LoadedPlugin::load(&engine, "p", logger).unwrap().digest().to_owned();
-    let panic_digest = LoadedPlugin::load(&engine, "q", panic).unwrap().digest().to_owned();
+    let logger_digest = LoadedPlugin::load(&engine, "p", logger)
+        .unwrap()
+        .digest()
+        .to_owned();
+    let panic_digest = LoadedPlugin::load(&engine, "q", panic)
+        .unwrap()
+        .digest()
+        .to_owned();
     let artifacts = walk(cache.path());
-    let artifact = |digest: &str| artifacts.iter().find(|p| p.file_name().unwrap().to_string_lossy() == format!("{digest}.cwasm")).unwrap().clone();
+    let artifact = |digest: &str| {
+        artifacts
+            .iter()
+            .find(|p| p.file_name().unwrap().to_string_lossy() == format!("{digest}.cwasm"))
+            .unwrap()
+            .clone()
+    };
 
     // Another plugin's artifact, valid for this engine, put in place of pod-logger's (by rename,
     // as the host writes): loading it would run the other plugin's code.
@@ -262,9 +488,29 @@ fn a_cached_artifact_this_host_did_not_write_for_that_plugin_is_recompiled() {
     let engine = PluginEngine::new(Some(cache.path().to_owned())).unwrap();
     let reloaded = LoadedPlugin::load(&engine, "p", logger).unwrap();
     assert!(!reloaded.from_cache(), "the planted artifact was used");
-    let mut plugin = PluginInstance::start(reloaded, Limits::default(), Grants::none(), &json!({}), None).unwrap();
-    plugin.handle(&pod_gvk(), &Event::Add { obj: pod("default", "boom", 1), initial: false }).expect("pod-logger's code, not the panicking plugin's");
-    assert!(LoadedPlugin::load(&engine, "p", logger).unwrap().from_cache(), "the recompiled artifact is cached again");
+    let mut plugin = PluginInstance::start(
+        reloaded,
+        Limits::default(),
+        Grants::none(),
+        &json!({}),
+        None,
+    )
+    .unwrap();
+    plugin
+        .handle(
+            &pod_gvk(),
+            &Event::Add {
+                obj: pod("default", "boom", 1),
+                initial: false,
+            },
+        )
+        .expect("pod-logger's code, not the panicking plugin's");
+    assert!(
+        LoadedPlugin::load(&engine, "p", logger)
+            .unwrap()
+            .from_cache(),
+        "the recompiled artifact is cached again"
+    );
 }
 
 #[test]
@@ -272,13 +518,22 @@ fn a_compile_cache_others_can_write_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let cache = tempfile::tempdir().unwrap();
     std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let err = PluginEngine::new(Some(cache.path().to_owned())).err().expect("a world-writable cache is refused");
+    let err = PluginEngine::new(Some(cache.path().to_owned()))
+        .err()
+        .expect("a world-writable cache is refused");
     let text = err.to_string();
-    assert!(text.contains(&cache.path().display().to_string()) && text.contains("chmod 700"), "{text}");
+    assert!(
+        text.contains(&cache.path().display().to_string()) && text.contains("chmod 700"),
+        "{text}"
+    );
     let fresh = cache.path().join("new/components");
     std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     PluginEngine::new(Some(fresh.clone())).unwrap();
-    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700, "created private");
+    assert_eq!(
+        std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+        0o700,
+        "created private"
+    );
 }
 
 #[test]
@@ -292,14 +547,24 @@ fn compiled_components_are_cached_on_disk_and_bad_cache_entries_are_replaced() {
 
     // Replace the artifact with garbage (by rename, as the host writes: a loaded component maps
     // the old file): the next load recompiles and still works.
-    let artifact = walk(cache.path()).into_iter().find(|p| p.extension().is_some_and(|e| e == "cwasm")).unwrap();
+    let artifact = walk(cache.path())
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .unwrap();
     let garbage = artifact.with_extension("tmp");
     std::fs::write(&garbage, b"garbage").unwrap();
     std::fs::rename(&garbage, &artifact).unwrap();
     let recompiled = LoadedPlugin::load(&engine, "p", wasm).unwrap();
     assert!(!recompiled.from_cache());
     assert_eq!(recompiled.digest(), cached.digest());
-    PluginInstance::start(recompiled, Limits::default(), Grants::none(), &json!({}), None).unwrap();
+    PluginInstance::start(
+        recompiled,
+        Limits::default(),
+        Grants::none(),
+        &json!({}),
+        None,
+    )
+    .unwrap();
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

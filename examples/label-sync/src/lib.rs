@@ -6,8 +6,8 @@
 //! cache), a new or changed Pod gets its Namespace's label. Its own apply comes back as a Pod
 //! update whose label already matches, so it writes once per change.
 
-use wasmformer_guest::lister::{self, gvk_of};
 use wasmformer_guest::k8s_openapi::api::core::v1::{Namespace, Pod};
+use wasmformer_guest::lister::{self, gvk_of};
 use wasmformer_guest::serde_json::json;
 use wasmformer_guest::{Object, Plugin, Result, info, writer};
 
@@ -17,7 +17,9 @@ pub struct LabelSync {
 
 impl Default for LabelSync {
     fn default() -> Self {
-        Self { label: "team".to_owned() }
+        Self {
+            label: "team".to_owned(),
+        }
     }
 }
 
@@ -32,13 +34,20 @@ impl LabelSync {
             "metadata": {"name": pod.name(), "namespace": pod.namespace(), "labels": {&self.label: value}},
         });
         writer::apply(&manifest)?;
-        info!("pod {}/{}: {}={value}", pod.namespace(), pod.name(), self.label);
+        info!(
+            "pod {}/{}: {}={value}",
+            pod.namespace(),
+            pod.name(),
+            self.label
+        );
         Ok(())
     }
 
     fn on_object(&self, obj: &Object) -> Result<()> {
         if obj.kind().kind == "Namespace" {
-            let Some(value) = obj.label(&self.label) else { return Ok(()) };
+            let Some(value) = obj.label(&self.label) else {
+                return Ok(());
+            };
             for pod in lister::list_objects(&gvk_of::<Pod>(), Some(obj.name()), "")? {
                 self.sync_pod(&pod, value)?;
             }

@@ -11,7 +11,10 @@ pub const POD_NODE_INDEX: &str = "pods-by-node";
 pub struct NodePods;
 
 fn cordoned(node: &Node) -> bool {
-    node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false)
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 impl Plugin for NodePods {
@@ -21,7 +24,11 @@ impl Plugin for NodePods {
             return Ok(());
         }
         let pods: Vec<Pod> = lister::by_index(POD_NODE_INDEX, new.name())?;
-        info!("node {} cordoned with {} pods on it", new.name(), pods.len());
+        info!(
+            "node {} cordoned with {} pods on it",
+            new.name(),
+            pods.len()
+        );
         Ok(())
     }
 }

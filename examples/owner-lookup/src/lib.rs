@@ -2,8 +2,8 @@
 //! Deployment) and logs the chain. Needs lister grants for ReplicaSets and Deployments.
 
 use wasmformer_guest::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use wasmformer_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use wasmformer_guest::k8s_openapi::api::core::v1::Pod;
+use wasmformer_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use wasmformer_guest::{ListerError, Object, Plugin, Result, info, lister};
 
 #[derive(Default)]
@@ -29,7 +29,10 @@ impl OwnerLookup {
         let rs: ReplicaSet = match lister::get(namespace, rs_name) {
             Ok(rs) => rs,
             Err(ListerError::NotFound) => {
-                info!("pod {namespace}/{} -> ReplicaSet {rs_name} (not in cache)", obj.name());
+                info!(
+                    "pod {namespace}/{} -> ReplicaSet {rs_name} (not in cache)",
+                    obj.name()
+                );
                 return Ok(());
             }
             Err(e) => return Err(e.into()),
@@ -39,7 +42,10 @@ impl OwnerLookup {
             return Ok(());
         };
         match lister::get::<Deployment>(namespace, deploy_name) {
-            Ok(_) => info!("pod {namespace}/{} -> ReplicaSet {rs_name} -> Deployment {deploy_name}", obj.name()),
+            Ok(_) => info!(
+                "pod {namespace}/{} -> ReplicaSet {rs_name} -> Deployment {deploy_name}",
+                obj.name()
+            ),
             Err(ListerError::NotFound) => info!(
                 "pod {namespace}/{} -> ReplicaSet {rs_name} -> Deployment {deploy_name} (not in cache)",
                 obj.name()

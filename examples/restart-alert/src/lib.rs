@@ -38,11 +38,25 @@ impl Plugin for RestartAlert {
         }
         let (before, after): (PodStatus, PodStatus) = (old.decode()?, new.decode()?);
         for container in &after.status.container_statuses {
-            let was = before.status.container_statuses.iter().find(|c| c.name == container.name).map_or(0, |c| c.restart_count);
+            let was = before
+                .status
+                .container_statuses
+                .iter()
+                .find(|c| c.name == container.name)
+                .map_or(0, |c| c.restart_count);
             if container.restart_count > was {
-                let note = format!("container {} restarted (restart count {}, was {was})", container.name, container.restart_count);
+                let note = format!(
+                    "container {} restarted (restart count {}, was {was})",
+                    container.name, container.restart_count
+                );
                 warn!("pod {}/{}: {note}", new.namespace(), new.name());
-                writer::event(new, EventType::Warning, "ContainerRestarted", "Alert", &note)?;
+                writer::event(
+                    new,
+                    EventType::Warning,
+                    "ContainerRestarted",
+                    "Alert",
+                    &note,
+                )?;
             }
         }
         Ok(())

@@ -48,7 +48,10 @@ impl FromStr for FieldPath {
     type Err = FieldPathError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let fail = |reason| FieldPathError { path: text.to_owned(), reason };
+        let fail = |reason| FieldPathError {
+            path: text.to_owned(),
+            reason,
+        };
         let mut steps = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
@@ -56,10 +59,18 @@ impl FromStr for FieldPath {
                 steps.push(Step::EachItem);
                 rest = after;
             } else if let Some(after) = rest.strip_prefix('[') {
-                let quote = after.chars().next().filter(|c| *c == '\'' || *c == '"').ok_or_else(|| fail("expected [*] or ['key']"))?;
-                let close = after[1..].find(quote).ok_or_else(|| fail("unterminated quoted key"))?;
+                let quote = after
+                    .chars()
+                    .next()
+                    .filter(|c| *c == '\'' || *c == '"')
+                    .ok_or_else(|| fail("expected [*] or ['key']"))?;
+                let close = after[1..]
+                    .find(quote)
+                    .ok_or_else(|| fail("unterminated quoted key"))?;
                 let key = &after[1..1 + close];
-                rest = after[1 + close + 1..].strip_prefix(']').ok_or_else(|| fail("expected ] after quoted key"))?;
+                rest = after[1 + close + 1..]
+                    .strip_prefix(']')
+                    .ok_or_else(|| fail("expected ] after quoted key"))?;
                 steps.push(Step::Key(key.to_owned()));
             } else {
                 let end = rest.find(['.', '[']).unwrap_or(rest.len());
@@ -79,13 +90,18 @@ impl FromStr for FieldPath {
         if steps.is_empty() {
             return Err(fail("empty path"));
         }
-        Ok(Self { text: text.to_owned(), steps })
+        Ok(Self {
+            text: text.to_owned(),
+            steps,
+        })
     }
 }
 
 impl<'de> Deserialize<'de> for FieldPath {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -103,7 +119,11 @@ impl FieldPath {
         for step in &self.steps {
             current = match step {
                 Step::Key(key) => current.into_iter().filter_map(|v| v.get(key)).collect(),
-                Step::EachItem => current.into_iter().filter_map(Value::as_array).flatten().collect(),
+                Step::EachItem => current
+                    .into_iter()
+                    .filter_map(Value::as_array)
+                    .flatten()
+                    .collect(),
             };
         }
         let mut values: Vec<String> = current
@@ -132,21 +152,37 @@ mod tests {
 
     #[test]
     fn follows_keys_quoted_keys_and_arrays() {
-        assert_eq!(values("spec.nodeName", json!({"spec": {"nodeName": "n1"}})), ["n1"]);
         assert_eq!(
-            values("metadata.labels['app.kubernetes.io/name']", json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})),
+            values("spec.nodeName", json!({"spec": {"nodeName": "n1"}})),
+            ["n1"]
+        );
+        assert_eq!(
+            values(
+                "metadata.labels['app.kubernetes.io/name']",
+                json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})
+            ),
             ["web"]
         );
-        let owners = json!({"metadata": {"ownerReferences": [{"uid": "b"}, {"uid": "a"}, {"uid": "b"}]}});
-        assert_eq!(values("metadata.ownerReferences[*].uid", owners), ["a", "b"]);
-        assert_eq!(values("spec.replicas", json!({"spec": {"replicas": 3}})), ["3"]);
+        let owners =
+            json!({"metadata": {"ownerReferences": [{"uid": "b"}, {"uid": "a"}, {"uid": "b"}]}});
+        assert_eq!(
+            values("metadata.ownerReferences[*].uid", owners),
+            ["a", "b"]
+        );
+        assert_eq!(
+            values("spec.replicas", json!({"spec": {"replicas": 3}})),
+            ["3"]
+        );
         assert!(values("spec.nodeName", json!({"spec": {}})).is_empty());
     }
 
     #[test]
     fn rejects_malformed_paths() {
         for bad in ["", "spec..x", "spec.", "a[1]", "a['x", "a['x'"] {
-            assert!(bad.parse::<FieldPath>().is_err(), "{bad:?} should not parse");
+            assert!(
+                bad.parse::<FieldPath>().is_err(),
+                "{bad:?} should not parse"
+            );
         }
     }
 }

@@ -21,12 +21,20 @@ impl Gvk {
     /// The kind named by a manifest's `apiVersion` (`v1`, `apps/v1`) and `kind`.
     pub fn from_api_version(api_version: &str, kind: &str) -> Self {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        Self { group: group.to_owned(), version: version.to_owned(), kind: kind.to_owned() }
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
     }
 
     /// The `apiVersion` of this kind: `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 }
 
@@ -48,14 +56,21 @@ pub struct ObjectKey {
 impl ObjectKey {
     /// The key `namespace/name`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into() }
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
 impl fmt::Display for ObjectKey {
     /// `namespace/name`, or `name` for cluster-scoped objects, as client-go's key function.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() { f.write_str(&self.name) } else { write!(f, "{}/{}", self.namespace, self.name) }
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
     }
 }
 
@@ -106,12 +121,22 @@ impl CachedObject {
     ) -> Result<Self, ObjectError> {
         let metadata = value.get_mut("metadata").and_then(Value::as_object_mut);
         let Some(metadata) = metadata else {
-            return Err(if value.is_object() { ObjectError::NoName } else { ObjectError::NotAnObject });
+            return Err(if value.is_object() {
+                ObjectError::NoName
+            } else {
+                ObjectError::NotAnObject
+            });
         };
         if strip_managed_fields {
             metadata.remove("managedFields");
         }
-        let text = |field: &str| metadata.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = |field: &str| {
+            metadata
+                .get(field)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let key = ObjectKey::new(text("namespace"), text("name"));
         if key.name.is_empty() {
             return Err(ObjectError::NoName);
@@ -119,14 +144,38 @@ impl CachedObject {
         let (uid, resource_version) = (text("uid"), text("resourceVersion"));
         let labels = match metadata.get("labels") {
             None | Some(Value::Null) => BTreeMap::new(),
-            Some(labels) => serde_json::from_value(labels.clone()).map_err(|_| ObjectError::BadLabels { key: key.clone() })?,
+            Some(labels) => serde_json::from_value(labels.clone())
+                .map_err(|_| ObjectError::BadLabels { key: key.clone() })?,
         };
-        let identity = [key.namespace.as_str(), key.name.as_str(), uid.as_str(), resource_version.as_str()];
-        if identity.into_iter().chain(labels.iter().flat_map(|(k, v): (&String, &String)| [k.as_str(), v.as_str()])).any(|f| f.contains('\0')) {
+        let identity = [
+            key.namespace.as_str(),
+            key.name.as_str(),
+            uid.as_str(),
+            resource_version.as_str(),
+        ];
+        if identity
+            .into_iter()
+            .chain(
+                labels
+                    .iter()
+                    .flat_map(|(k, v): (&String, &String)| [k.as_str(), v.as_str()]),
+            )
+            .any(|f| f.contains('\0'))
+        {
             return Err(ObjectError::Nul { key });
         }
-        let index_values = indexes.iter().map(|spec| spec.path.values(&value).into_boxed_slice()).collect();
-        Ok(Self { key, uid, resource_version, labels, body: value.to_string().into_boxed_str(), index_values })
+        let index_values = indexes
+            .iter()
+            .map(|spec| spec.path.values(&value).into_boxed_slice())
+            .collect();
+        Ok(Self {
+            key,
+            uid,
+            resource_version,
+            labels,
+            body: value.to_string().into_boxed_str(),
+            index_values,
+        })
     }
 
     /// The object's cache key.
@@ -171,10 +220,24 @@ impl CachedObject {
 
     /// Approximate heap bytes this object holds (for memory accounting in benchmarks and logs).
     pub fn heap_size(&self) -> usize {
-        let labels: usize = self.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum();
-        let indexes: usize = self.index_values.iter().flat_map(|v| v.iter()).map(|s| s.len() + 24).sum();
-        self.key.namespace.len() + self.key.name.len() + self.uid.len() + self.resource_version.len()
-            + labels + indexes + self.body.len()
+        let labels: usize = self
+            .labels
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 48)
+            .sum();
+        let indexes: usize = self
+            .index_values
+            .iter()
+            .flat_map(|v| v.iter())
+            .map(|s| s.len() + 24)
+            .sum();
+        self.key.namespace.len()
+            + self.key.name.len()
+            + self.uid.len()
+            + self.resource_version.len()
+            + labels
+            + indexes
+            + self.body.len()
     }
 }
 
@@ -193,28 +256,57 @@ mod tests {
         assert_eq!((obj.uid(), obj.resource_version()), ("u1", "7"));
         assert_eq!(obj.labels().keys().collect::<Vec<_>>(), ["a", "b"]);
         assert!(!obj.body().contains("managedFields"));
-        let kept = CachedObject::from_value(json!({"metadata": {"name": "n", "managedFields": []}}), false, &[]).unwrap();
+        let kept = CachedObject::from_value(
+            json!({"metadata": {"name": "n", "managedFields": []}}),
+            false,
+            &[],
+        )
+        .unwrap();
         assert!(kept.body().contains("managedFields"));
     }
 
     #[test]
     fn rejects_objects_without_a_name() {
-        assert!(matches!(CachedObject::from_value(json!({"metadata": {}}), true, &[]), Err(ObjectError::NoName)));
-        assert!(matches!(CachedObject::from_value(json!([1]), true, &[]), Err(ObjectError::NotAnObject)));
+        assert!(matches!(
+            CachedObject::from_value(json!({"metadata": {}}), true, &[]),
+            Err(ObjectError::NoName)
+        ));
+        assert!(matches!(
+            CachedObject::from_value(json!([1]), true, &[]),
+            Err(ObjectError::NotAnObject)
+        ));
     }
 
     #[test]
     fn rejects_a_nul_in_the_fields_plugins_receive_nul_separated() {
-        for metadata in [json!({"name": "a\0b"}), json!({"name": "a", "uid": "\0"}), json!({"name": "a", "labels": {"k": "v\0"}})] {
+        for metadata in [
+            json!({"name": "a\0b"}),
+            json!({"name": "a", "uid": "\0"}),
+            json!({"name": "a", "labels": {"k": "v\0"}}),
+        ] {
             let result = CachedObject::from_value(json!({ "metadata": metadata }), true, &[]);
-            assert!(matches!(result, Err(ObjectError::Nul { .. })), "{metadata}: {result:?}");
+            assert!(
+                matches!(result, Err(ObjectError::Nul { .. })),
+                "{metadata}: {result:?}"
+            );
         }
-        assert!(CachedObject::from_value(json!({"metadata": {"name": "a"}, "data": {"x": "\0"}}), true, &[]).is_ok(), "the body may hold one");
+        assert!(
+            CachedObject::from_value(
+                json!({"metadata": {"name": "a"}, "data": {"x": "\0"}}),
+                true,
+                &[]
+            )
+            .is_ok(),
+            "the body may hold one"
+        );
     }
 
     #[test]
     fn gvk_round_trips_api_version() {
-        assert_eq!(Gvk::from_api_version("apps/v1", "Deployment").api_version(), "apps/v1");
+        assert_eq!(
+            Gvk::from_api_version("apps/v1", "Deployment").api_version(),
+            "apps/v1"
+        );
         assert_eq!(Gvk::from_api_version("v1", "Pod").group, "");
         assert_eq!(Gvk::from_api_version("v1", "Pod").to_string(), "v1 Pod");
     }

@@ -84,8 +84,15 @@ impl FromStr for LabelSelector {
     type Err = SelectorError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let fail = |reason: String| SelectorError { kind: "label", selector: text.to_owned(), reason };
-        let mut parser = Parser { tokens: lex(text), pos: 0 };
+        let fail = |reason: String| SelectorError {
+            kind: "label",
+            selector: text.to_owned(),
+            reason,
+        };
+        let mut parser = Parser {
+            tokens: lex(text),
+            pos: 0,
+        };
         let mut requirements = Vec::new();
         if parser.peek().is_none() {
             return Ok(Self::default());
@@ -95,7 +102,9 @@ impl FromStr for LabelSelector {
             match parser.next() {
                 None => break,
                 Some(Token::Comma) => {}
-                Some(other) => return Err(fail(format!("found {}, expected ','", other.describe()))),
+                Some(other) => {
+                    return Err(fail(format!("found {}, expected ','", other.describe())));
+                }
             }
         }
         Ok(Self { requirements })
@@ -152,7 +161,10 @@ fn lex(text: &str) -> Vec<Token> {
         }
         if !SPECIAL.contains(&c) {
             let mut ident = String::new();
-            while let Some(&c) = chars.peek().filter(|c| !c.is_whitespace() && !SPECIAL.contains(c)) {
+            while let Some(&c) = chars
+                .peek()
+                .filter(|c| !c.is_whitespace() && !SPECIAL.contains(c))
+            {
                 ident.push(c);
                 chars.next();
             }
@@ -208,19 +220,41 @@ impl Parser {
         }
         let key = match self.next() {
             Some(Token::Ident(key)) => label_key(key)?,
-            other => return Err(format!("found {}, expected a label key", describe(other.as_ref()))),
+            other => {
+                return Err(format!(
+                    "found {}, expected a label key",
+                    describe(other.as_ref())
+                ));
+            }
         };
         let mut values = BTreeSet::new();
         let op = match self.peek() {
-            _ if negated => return Ok(Requirement { key, op: Op::DoesNotExist, values }),
-            None | Some(Token::Comma) => return Ok(Requirement { key, op: Op::Exists, values }),
+            _ if negated => {
+                return Ok(Requirement {
+                    key,
+                    op: Op::DoesNotExist,
+                    values,
+                });
+            }
+            None | Some(Token::Comma) => {
+                return Ok(Requirement {
+                    key,
+                    op: Op::Exists,
+                    values,
+                });
+            }
             Some(Token::Equals | Token::DoubleEquals) => Op::Equals,
             Some(Token::NotEquals) => Op::NotEquals,
             Some(Token::In) => Op::In,
             Some(Token::NotIn) => Op::NotIn,
             Some(Token::GreaterThan) => Op::GreaterThan,
             Some(Token::LessThan) => Op::LessThan,
-            Some(other) => return Err(format!("found {}, expected an operator (=, ==, !=, in, notin, >, <)", other.describe())),
+            Some(other) => {
+                return Err(format!(
+                    "found {}, expected an operator (=, ==, !=, in, notin, >, <)",
+                    other.describe()
+                ));
+            }
         };
         self.next();
         match op {
@@ -235,14 +269,24 @@ impl Parser {
                             match self.next() {
                                 Some(Token::Comma) => {}
                                 Some(Token::Close) => break,
-                                other => return Err(format!("found {}, expected ',' or ')'", describe(other.as_ref()))),
+                                other => {
+                                    return Err(format!(
+                                        "found {}, expected ',' or ')'",
+                                        describe(other.as_ref())
+                                    ));
+                                }
                             }
                         }
                         Some(Token::Close) if values.is_empty() => {
                             values.insert(String::new());
                             break;
                         }
-                        other => return Err(format!("found {}, expected a value", describe(other.as_ref()))),
+                        other => {
+                            return Err(format!(
+                                "found {}, expected a value",
+                                describe(other.as_ref())
+                            ));
+                        }
                     }
                 }
             }
@@ -250,7 +294,12 @@ impl Parser {
                 Some(Token::Ident(value)) if value.parse::<i64>().is_ok() => {
                     values.insert(value);
                 }
-                other => return Err(format!("found {}, expected an integer", describe(other.as_ref()))),
+                other => {
+                    return Err(format!(
+                        "found {}, expected an integer",
+                        describe(other.as_ref())
+                    ));
+                }
             },
             _ => match self.peek() {
                 None | Some(Token::Comma) => {
@@ -274,7 +323,9 @@ fn is_name_part(s: &str) -> bool {
         && bytes.len() <= 63
         && bytes[0].is_ascii_alphanumeric()
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
 }
 
 /// `name` or `prefix/name`, the prefix a DNS subdomain.
@@ -286,13 +337,25 @@ fn label_key(key: String) -> Result<String, String> {
     let prefix_ok = prefix.is_none_or(|p| {
         !p.is_empty()
             && p.len() <= 253
-            && p.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+            && p.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
     });
-    if prefix_ok && is_name_part(name) { Ok(key) } else { Err(format!("invalid label key {key:?}")) }
+    if prefix_ok && is_name_part(name) {
+        Ok(key)
+    } else {
+        Err(format!("invalid label key {key:?}"))
+    }
 }
 
 fn label_value(value: String) -> Result<String, String> {
-    if value.is_empty() || is_name_part(&value) { Ok(value) } else { Err(format!("invalid label value {value:?}")) }
+    if value.is_empty() || is_name_part(&value) {
+        Ok(value)
+    } else {
+        Err(format!("invalid label value {value:?}"))
+    }
 }
 
 /// A parsed field selector: `field=value`, `field==value`, `field!=value` terms, separated by
@@ -313,13 +376,18 @@ impl FromStr for FieldSelector {
     type Err = SelectorError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let fail = |reason: &str| SelectorError { kind: "field", selector: text.to_owned(), reason: reason.to_owned() };
+        let fail = |reason: &str| SelectorError {
+            kind: "field",
+            selector: text.to_owned(),
+            reason: reason.to_owned(),
+        };
         let mut terms = Vec::new();
         for raw in split_unescaped(text) {
             if raw.trim().is_empty() {
                 continue;
             }
-            let (field, negated, value) = split_term(&raw).ok_or_else(|| fail(&format!("{raw:?} is not field=value or field!=value")))?;
+            let (field, negated, value) = split_term(&raw)
+                .ok_or_else(|| fail(&format!("{raw:?} is not field=value or field!=value")))?;
             let field = unescape(field.trim());
             if field.is_empty() {
                 return Err(fail(&format!("{raw:?} has no field name")));
@@ -382,15 +450,24 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn matches_equality_and_set_requirements() {
-        let s: LabelSelector = "app=web, tier in (front,edge),!canary,env!=dev".parse().unwrap();
+        let s: LabelSelector = "app=web, tier in (front,edge),!canary,env!=dev"
+            .parse()
+            .unwrap();
         assert!(s.matches(&labels(&[("app", "web"), ("tier", "edge")])));
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "back")])));
-        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "edge"), ("canary", "1")])));
+        assert!(!s.matches(&labels(&[
+            ("app", "web"),
+            ("tier", "edge"),
+            ("canary", "1")
+        ])));
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "edge"), ("env", "dev")])));
         let s: LabelSelector = "app.kubernetes.io/name,zone notin (a)".parse().unwrap();
         assert!(s.matches(&labels(&[("app.kubernetes.io/name", "x"), ("zone", "b")])));
@@ -414,22 +491,47 @@ mod tests {
 
     #[test]
     fn rejects_malformed_selectors() {
-        assert!("app=".parse::<LabelSelector>().is_ok(), "an empty value is valid syntax");
-        for bad in ["=web", "a in b", "a in (x", "a,,b", "a ~ b", "a=we b", "-bad=x", "Pre.fix/a", "a=-x"] {
+        assert!(
+            "app=".parse::<LabelSelector>().is_ok(),
+            "an empty value is valid syntax"
+        );
+        for bad in [
+            "=web",
+            "a in b",
+            "a in (x",
+            "a,,b",
+            "a ~ b",
+            "a=we b",
+            "-bad=x",
+            "Pre.fix/a",
+            "a=-x",
+        ] {
             let err = bad.parse::<LabelSelector>();
             assert!(err.is_err(), "{bad:?} should not parse");
         }
         let err = "a in b".parse::<LabelSelector>().unwrap_err();
-        assert_eq!(err.to_string(), r#"invalid label selector "a in b": expected '(' after in or notin"#);
+        assert_eq!(
+            err.to_string(),
+            r#"invalid label selector "a in b": expected '(' after in or notin"#
+        );
     }
 
     #[test]
     fn field_selectors_take_escapes_and_refuse_terms_without_an_operator() {
         let s: FieldSelector = r"metadata.name=a\,b,spec.nodeName!=n1,".parse().unwrap();
-        assert_eq!(s.terms, [("metadata.name".into(), false, "a,b".into()), ("spec.nodeName".into(), true, "n1".into())]);
+        assert_eq!(
+            s.terms,
+            [
+                ("metadata.name".into(), false, "a,b".into()),
+                ("spec.nodeName".into(), true, "n1".into())
+            ]
+        );
         assert!("".parse::<FieldSelector>().unwrap().is_empty());
         let err = "metadata.name".parse::<FieldSelector>().unwrap_err();
-        assert_eq!(err.to_string(), r#"invalid field selector "metadata.name": "metadata.name" is not field=value or field!=value"#);
+        assert_eq!(
+            err.to_string(),
+            r#"invalid field selector "metadata.name": "metadata.name" is not field=value or field!=value"#
+        );
         assert!("=x".parse::<FieldSelector>().is_err());
     }
 }

@@ -9,8 +9,23 @@ use wasmformer_devcluster::selectors;
 
 use super::*;
 
-const KEYS: &[&str] = &["a", "app", "tier", "x.io/k", "A.b/c", "-bad", "k_", "Ab", "app.kubernetes.io/name", "a/", "/a", "a b"];
-const VALUES: &[&str] = &["", "1", "web", "a-b", "-1", "v_1", "x.y", "_x", "b c", "Web", "12"];
+const KEYS: &[&str] = &[
+    "a",
+    "app",
+    "tier",
+    "x.io/k",
+    "A.b/c",
+    "-bad",
+    "k_",
+    "Ab",
+    "app.kubernetes.io/name",
+    "a/",
+    "/a",
+    "a b",
+];
+const VALUES: &[&str] = &[
+    "", "1", "web", "a-b", "-1", "v_1", "x.y", "_x", "b c", "Web", "12",
+];
 const OPS: &[&str] = &["=", "==", "!=", " in ", " notin ", ">", "<", "", " ", "=!"];
 const SEPARATORS: &[&str] = &[",", ", ", " , ", ",,", " "];
 
@@ -20,12 +35,14 @@ fn pick(list: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
 
 /// One requirement-like piece: `!key`, `key`, `key op value`, `key in (v, …)`.
 fn requirement() -> impl Strategy<Value = String> {
-    let set = prop::collection::vec(pick(VALUES), 0..3).prop_map(|values| format!("({})", values.join(",")));
+    let set = prop::collection::vec(pick(VALUES), 0..3)
+        .prop_map(|values| format!("({})", values.join(",")));
     prop_oneof![
         pick(KEYS).prop_map(|k| format!("!{k}")),
         pick(KEYS).prop_map(str::to_owned),
         (pick(KEYS), pick(OPS), pick(VALUES)).prop_map(|(k, op, v)| format!("{k}{op}{v}")),
-        (pick(KEYS), pick(&[" in ", " notin ", " in", "in "]), set).prop_map(|(k, op, set)| format!("{k}{op}{set}")),
+        (pick(KEYS), pick(&[" in ", " notin ", " in", "in "]), set)
+            .prop_map(|(k, op, set)| format!("{k}{op}{set}")),
         "[ -~]{0,6}",
     ]
 }
@@ -44,12 +61,20 @@ fn label_selector() -> impl Strategy<Value = String> {
 }
 
 fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
-    prop::collection::btree_map(pick(KEYS).prop_map(str::to_owned), pick(VALUES).prop_map(str::to_owned), 0..5)
+    prop::collection::btree_map(
+        pick(KEYS).prop_map(str::to_owned),
+        pick(VALUES).prop_map(str::to_owned),
+        0..5,
+    )
 }
 
 fn field_selector() -> impl Strategy<Value = String> {
     let term = prop_oneof![
-        (pick(&["metadata.name", "spec.nodeName", "", " a "]), pick(&["=", "==", "!=", "", "=="]), pick(&["x", "", "a\\,b", "a=b", "a\\=b", "\\", "a\\x"]))
+        (
+            pick(&["metadata.name", "spec.nodeName", "", " a "]),
+            pick(&["=", "==", "!=", "", "=="]),
+            pick(&["x", "", "a\\,b", "a=b", "a\\=b", "\\", "a\\x"])
+        )
             .prop_map(|(f, op, v)| format!("{f}{op}{v}")),
         "[ -~]{0,6}",
     ];

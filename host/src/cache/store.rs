@@ -37,10 +37,16 @@ struct State {
 
 impl State {
     fn link(&mut self, obj: &CachedObject) {
-        self.by_namespace.entry(obj.namespace().to_owned()).or_default().insert(obj.key().clone());
+        self.by_namespace
+            .entry(obj.namespace().to_owned())
+            .or_default()
+            .insert(obj.key().clone());
         for (i, index) in self.by_index.iter_mut().enumerate() {
             for value in obj.index_values(i) {
-                index.entry(value.clone()).or_default().insert(obj.key().clone());
+                index
+                    .entry(value.clone())
+                    .or_default()
+                    .insert(obj.key().clone());
             }
         }
     }
@@ -63,15 +69,26 @@ impl State {
     }
 
     fn objects_at(&self, keys: Option<&BTreeSet<ObjectKey>>) -> Vec<Arc<CachedObject>> {
-        keys.into_iter().flatten().filter_map(|k| self.objects.get(k).cloned()).collect()
+        keys.into_iter()
+            .flatten()
+            .filter_map(|k| self.objects.get(k).cloned())
+            .collect()
     }
 }
 
 impl Store {
     /// An empty store for `gvk` with `indexes` (besides the built-in namespace index).
     pub fn new(gvk: Gvk, indexes: Vec<IndexSpec>, strip_managed_fields: bool) -> Self {
-        let state = State { by_index: vec![HashMap::new(); indexes.len()], ..State::default() };
-        Self { gvk, indexes, strip_managed_fields, state: RwLock::new(state) }
+        let state = State {
+            by_index: vec![HashMap::new(); indexes.len()],
+            ..State::default()
+        };
+        Self {
+            gvk,
+            indexes,
+            strip_managed_fields,
+            state: RwLock::new(state),
+        }
     }
 
     /// The kind this store keeps.
@@ -115,11 +132,18 @@ impl Store {
 
     /// The object at `namespace`/`name`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
-        self.read().objects.get(&ObjectKey::new(namespace, name)).cloned()
+        self.read()
+            .objects
+            .get(&ObjectKey::new(namespace, name))
+            .cloned()
     }
 
     /// Objects in `namespace` (`None`: all) matching `selector`, ordered by key.
-    pub fn list(&self, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Arc<CachedObject>> {
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Vec<Arc<CachedObject>> {
         let state = self.read();
         let mut objects = match namespace {
             Some(ns) => state.objects_at(state.by_namespace.get(ns)),
@@ -132,15 +156,23 @@ impl Store {
     }
 
     /// Objects whose index `index` holds `value`, ordered by key. `namespace` is built in.
-    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
+    pub fn by_index(
+        &self,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
         let state = self.read();
         if index == NAMESPACE_INDEX {
             return Ok(state.objects_at(state.by_namespace.get(value)));
         }
-        let i = self.indexes.iter().position(|spec| spec.name == index).ok_or_else(|| UnknownIndex {
-            gvk: self.gvk.clone(),
-            index: index.to_owned(),
-        })?;
+        let i = self
+            .indexes
+            .iter()
+            .position(|spec| spec.name == index)
+            .ok_or_else(|| UnknownIndex {
+                gvk: self.gvk.clone(),
+                index: index.to_owned(),
+            })?;
         Ok(state.objects_at(state.by_index[i].get(value)))
     }
 
@@ -166,7 +198,10 @@ mod tests {
     use serde_json::json;
 
     fn pod_store() -> Store {
-        let by_node = IndexSpec { name: "by-node".into(), path: "spec.nodeName".parse().unwrap() };
+        let by_node = IndexSpec {
+            name: "by-node".into(),
+            path: "spec.nodeName".parse().unwrap(),
+        };
         Store::new(Gvk::from_api_version("v1", "Pod"), vec![by_node], true)
     }
 
@@ -185,7 +220,10 @@ mod tests {
         let store = pod_store();
         store.upsert(pod(&store, "a", "p1", "n1", "web"));
         store.upsert(pod(&store, "b", "p2", "n1", "db"));
-        assert_eq!(names(store.by_index("by-node", "n1").unwrap()), ["a/p1", "b/p2"]);
+        assert_eq!(
+            names(store.by_index("by-node", "n1").unwrap()),
+            ["a/p1", "b/p2"]
+        );
 
         // p1 moves to n2: the old index entry goes, the new one appears.
         let old = store.upsert(pod(&store, "a", "p1", "n2", "web")).unwrap();
@@ -196,7 +234,10 @@ mod tests {
         store.remove(&ObjectKey::new("b", "p2"));
         assert!(store.by_index("by-node", "n1").unwrap().is_empty());
         assert!(store.by_index(NAMESPACE_INDEX, "b").unwrap().is_empty());
-        assert_eq!(names(store.by_index(NAMESPACE_INDEX, "a").unwrap()), ["a/p1"]);
+        assert_eq!(
+            names(store.by_index(NAMESPACE_INDEX, "a").unwrap()),
+            ["a/p1"]
+        );
         assert_eq!(store.by_index("nope", "x").unwrap_err().index, "nope");
     }
 
@@ -209,7 +250,14 @@ mod tests {
         let web: LabelSelector = "app=web".parse().unwrap();
         assert_eq!(names(store.list(None, &web)), ["a/p1", "b/p3"]);
         assert_eq!(names(store.list(Some("a"), &web)), ["a/p1"]);
-        assert_eq!(names(store.list(Some("a"), &LabelSelector::default())), ["a/p1", "a/p2"]);
-        assert!(store.list(Some("zzz"), &LabelSelector::default()).is_empty());
+        assert_eq!(
+            names(store.list(Some("a"), &LabelSelector::default())),
+            ["a/p1", "a/p2"]
+        );
+        assert!(
+            store
+                .list(Some("zzz"), &LabelSelector::default())
+                .is_empty()
+        );
     }
 }

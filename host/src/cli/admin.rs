@@ -9,7 +9,12 @@ use anyhow::Context;
 #[derive(Debug, clap::Args)]
 pub struct AdminTarget {
     /// The admin endpoint (`host.adminAddress` of the running host).
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9090", env = "WASMFORMER_ADMIN")]
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:9090",
+        env = "WASMFORMER_ADMIN"
+    )]
     admin: String,
 }
 
@@ -35,7 +40,11 @@ pub struct ReloadArgs {
 
 pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let url = format!("{}/status", args.target.admin.trim_end_matches('/'));
-    let body: serde_json::Value = ureq::get(&url).call().with_context(|| format!("GET {url}"))?.body_mut().read_json()?;
+    let body: serde_json::Value = ureq::get(&url)
+        .call()
+        .with_context(|| format!("GET {url}"))?
+        .body_mut()
+        .read_json()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(ExitCode::SUCCESS);
@@ -46,7 +55,8 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 
 /// The plugins of a `/status` answer as a table whose columns line up whatever the names' lengths.
 fn plugin_table(status: &serde_json::Value) -> String {
-    let number = |v: &serde_json::Value| v.as_u64().map_or_else(|| "-".to_owned(), |n| n.to_string());
+    let number =
+        |v: &serde_json::Value| v.as_u64().map_or_else(|| "-".to_owned(), |n| n.to_string());
     let rows: Vec<Vec<String>> = status["plugins"]
         .as_array()
         .into_iter()
@@ -55,21 +65,42 @@ fn plugin_table(status: &serde_json::Value) -> String {
             let error = |key: &str| p[key]["message"].as_str().map(str::to_owned);
             vec![
                 p["name"].as_str().unwrap_or("?").to_owned(),
-                p["version"].as_str().and_then(|v| v.get(..12)).unwrap_or("-").to_owned(),
+                p["version"]
+                    .as_str()
+                    .and_then(|v| v.get(..12))
+                    .unwrap_or("-")
+                    .to_owned(),
                 number(&p["swaps"]),
                 number(&p["calls"]),
                 number(&p["failures"]),
                 number(&p["queueDepth"]),
                 if p["synced"] == true { "yes" } else { "no" }.to_owned(),
-                error("lastSwapError").or_else(|| error("lastError")).unwrap_or_default(),
+                error("lastSwapError")
+                    .or_else(|| error("lastError"))
+                    .unwrap_or_default(),
             ]
         })
         .collect();
-    let headers = ["PLUGIN", "VERSION", "SWAPS", "CALLS", "FAILED", "QUEUE", "SYNCED", "LAST ERROR"];
+    let headers = [
+        "PLUGIN",
+        "VERSION",
+        "SWAPS",
+        "CALLS",
+        "FAILED",
+        "QUEUE",
+        "SYNCED",
+        "LAST ERROR",
+    ];
     // Counters are right-aligned; the last column is not padded.
     let right = [false, false, true, true, true, true, false, false];
     let widths: Vec<usize> = (0..headers.len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([headers[c].len()]).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([headers[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in std::iter::once(headers.map(str::to_owned).to_vec()).chain(rows) {
@@ -89,7 +120,8 @@ fn plugin_table(status: &serde_json::Value) -> String {
 }
 
 pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
-    let token = std::fs::read_to_string(&args.token_file).with_context(|| format!("cannot read {}", args.token_file.display()))?;
+    let token = std::fs::read_to_string(&args.token_file)
+        .with_context(|| format!("cannot read {}", args.token_file.display()))?;
     let mut url = format!("{}/reload", args.target.admin.trim_end_matches('/'));
     if let Some(plugin) = &args.plugin {
         url = format!("{url}?plugin={plugin}");
@@ -114,5 +146,9 @@ pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
         failed |= matches!(outcome, wasmformer::runtime::ReloadOutcome::Failed { .. });
         println!("{name}: {outcome}");
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

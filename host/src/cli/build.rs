@@ -14,8 +14,10 @@ use sha2::{Digest, Sha256};
 use super::toolchain::{self, JS_SDK, PYTHON_SDK, Tool, WIT};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "The language is told by the folder: Cargo.toml (Rust), package.json (JavaScript), \
-pyproject.toml or app.py (Python).\nPython and JavaScript components are written to DIR/build/NAME.wasm.")]
+#[command(
+    after_help = "The language is told by the folder: Cargo.toml (Rust), package.json (JavaScript), \
+pyproject.toml or app.py (Python).\nPython and JavaScript components are written to DIR/build/NAME.wasm."
+)]
 pub struct BuildArgs {
     /// The plugin's folder.
     #[arg(default_value = ".")]
@@ -45,16 +47,23 @@ impl Lang {
         } else if dir.join("pyproject.toml").is_file() || dir.join("app.py").is_file() {
             Ok(Lang::Python)
         } else {
-            bail!("{} is not a plugin folder: it has no Cargo.toml, package.json, pyproject.toml or app.py", dir.display())
+            bail!(
+                "{} is not a plugin folder: it has no Cargo.toml, package.json, pyproject.toml or app.py",
+                dir.display()
+            )
         }
     }
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
-    let dir = args.dir.canonicalize().with_context(|| format!("no plugin folder {}", args.dir.display()))?;
+    let dir = args
+        .dir
+        .canonicalize()
+        .with_context(|| format!("no plugin folder {}", args.dir.display()))?;
     let wasm = build(&dir)?;
     if let Some(out) = &args.out {
-        std::fs::copy(&wasm, out).with_context(|| format!("copy the component to {}", out.display()))?;
+        std::fs::copy(&wasm, out)
+            .with_context(|| format!("copy the component to {}", out.display()))?;
     }
     println!("{}", args.out.as_ref().unwrap_or(&wasm).display());
     if args.replay {
@@ -62,7 +71,11 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         let exe = std::env::current_exe().context("find the wasmformer executable")?;
         eprintln!("replaying {}", events.display());
         // An interpreter's first call (init) can take over the default 100 ms on a busy machine.
-        let deadline = if Lang::detect(&dir)? == Lang::Rust { "100ms" } else { "2s" };
+        let deadline = if Lang::detect(&dir)? == Lang::Rust {
+            "100ms"
+        } else {
+            "2s"
+        };
         let status = Command::new(exe)
             .arg("replay")
             .arg("--plugin")
@@ -86,12 +99,19 @@ pub fn build(dir: &Path) -> anyhow::Result<PathBuf> {
 }
 
 fn build_rust(dir: &Path) -> anyhow::Result<PathBuf> {
-    let metadata =
-        Command::new("cargo").current_dir(dir).args(["metadata", "--format-version", "1", "--no-deps"]).output().context("run cargo metadata")?;
+    let metadata = Command::new("cargo")
+        .current_dir(dir)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("run cargo metadata")?;
     if !metadata.status.success() {
-        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&metadata.stderr).trim());
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&metadata.stderr).trim()
+        );
     }
-    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).context("read cargo metadata")?;
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&metadata.stdout).context("read cargo metadata")?;
     let manifest = dir.join("Cargo.toml");
     let package = metadata["packages"]
         .as_array()
@@ -99,12 +119,31 @@ fn build_rust(dir: &Path) -> anyhow::Result<PathBuf> {
         .flatten()
         .find(|p| p["manifest_path"].as_str().map(Path::new) == Some(manifest.as_path()))
         .context("cargo metadata does not list this folder's package")?;
-    let name = package["name"].as_str().context("package without a name")?.to_owned();
-    let target_dir = PathBuf::from(metadata["target_directory"].as_str().context("no target directory")?);
-    toolchain::run(Command::new("cargo").current_dir(dir).args(["build", "--release", "--target", "wasm32-wasip2", "-p", &name]))?;
-    let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{}.wasm", name.replace('-', "_")));
+    let name = package["name"]
+        .as_str()
+        .context("package without a name")?
+        .to_owned();
+    let target_dir = PathBuf::from(
+        metadata["target_directory"]
+            .as_str()
+            .context("no target directory")?,
+    );
+    toolchain::run(Command::new("cargo").current_dir(dir).args([
+        "build",
+        "--release",
+        "--target",
+        "wasm32-wasip2",
+        "-p",
+        &name,
+    ]))?;
+    let wasm = target_dir
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", name.replace('-', "_")));
     if !wasm.is_file() {
-        bail!("cargo built no {}: is the crate a cdylib (`[lib] crate-type = [\"cdylib\"]`)?", wasm.display());
+        bail!(
+            "cargo built no {}: is the crate a cdylib (`[lib] crate-type = [\"cdylib\"]`)?",
+            wasm.display()
+        );
     }
     Ok(wasm)
 }
@@ -116,14 +155,20 @@ fn plugin_name(dir: &Path, tool: Tool) -> String {
             .ok()
             .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
             .and_then(|v| v["name"].as_str().map(str::to_owned)),
-        Tool::Python => std::fs::read_to_string(dir.join("pyproject.toml")).ok().and_then(|text| {
-            text.lines().find_map(|line| {
-                let (key, value) = line.split_once('=')?;
-                (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
-            })
-        }),
+        Tool::Python => std::fs::read_to_string(dir.join("pyproject.toml"))
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|line| {
+                    let (key, value) = line.split_once('=')?;
+                    (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
+                })
+            }),
     };
-    declared.filter(|n| !n.is_empty()).unwrap_or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into()))
+    declared.filter(|n| !n.is_empty()).unwrap_or_else(|| {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into())
+    })
 }
 
 /// The entry module of a JavaScript plugin: `main` in package.json, else `plugin.js`.
@@ -131,7 +176,11 @@ fn js_main(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("package.json"))
         .ok()
         .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .and_then(|v| v["main"].as_str().map(|m| m.trim_start_matches("./").to_owned()))
+        .and_then(|v| {
+            v["main"]
+                .as_str()
+                .map(|m| m.trim_start_matches("./").to_owned())
+        })
         .unwrap_or_else(|| "plugin.js".into())
 }
 
@@ -144,16 +193,23 @@ fn sources(dir: &Path, tool: Tool) -> anyhow::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut pending = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
-        for entry in std::fs::read_dir(dir.join(&rel)).with_context(|| format!("read {}", dir.join(&rel).display()))? {
+        for entry in std::fs::read_dir(dir.join(&rel))
+            .with_context(|| format!("read {}", dir.join(&rel).display()))?
+        {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || ["build", "node_modules", "__pycache__", "target"].contains(&name.as_str()) {
+            if name.starts_with('.')
+                || ["build", "node_modules", "__pycache__", "target"].contains(&name.as_str())
+            {
                 continue;
             }
             let path = rel.join(&name);
             if entry.file_type()?.is_dir() {
                 pending.push(path);
-            } else if path.extension().is_some_and(|e| extensions.contains(&&*e.to_string_lossy())) {
+            } else if path
+                .extension()
+                .is_some_and(|e| extensions.contains(&&*e.to_string_lossy()))
+            {
                 found.push(path);
             }
         }
@@ -184,12 +240,17 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
         hasher.update(&bytes);
     }
     let key = hex::encode(hasher.finalize());
-    let cached = toolchain::cache_root()?.join("builds").join(format!("{}.wasm", &key[..32]));
+    let cached = toolchain::cache_root()?
+        .join("builds")
+        .join(format!("{}.wasm", &key[..32]));
     let out_dir = dir.join("build");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     let wasm = out_dir.join(format!("{name}.wasm"));
     if cached.is_file() {
-        eprintln!("{name}: sources unchanged since a previous build, reusing {}", cached.display());
+        eprintln!(
+            "{name}: sources unchanged since a previous build, reusing {}",
+            cached.display()
+        );
         std::fs::copy(&cached, &wasm)?;
         return Ok(wasm);
     }
@@ -198,7 +259,11 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
     if stage.exists() {
         std::fs::remove_dir_all(&stage)?;
     }
-    let sdk_dir = if tool == Tool::Js { stage.join("src") } else { stage.clone() };
+    let sdk_dir = if tool == Tool::Js {
+        stage.join("src")
+    } else {
+        stage.clone()
+    };
     for (path, text) in sdk {
         write(&sdk_dir.join(path), text)?;
     }
@@ -206,12 +271,24 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
         write(&stage.join("wit").join(path), text)?;
     }
     let started = std::time::Instant::now();
-    eprintln!("building {name} ({}) with {}", if tool == Tool::Python { "Python" } else { "JavaScript" }, tool.name());
+    eprintln!(
+        "building {name} ({}) with {}",
+        if tool == Tool::Python {
+            "Python"
+        } else {
+            "JavaScript"
+        },
+        tool.name()
+    );
     let built = stage.join("plugin.wasm");
     let mut command = toolchain.command();
     match tool {
         Tool::Python => {
-            let app = if dir.join("app.py").is_file() { "app" } else { bail!("{}: a Python plugin's module is app.py", dir.display()) };
+            let app = if dir.join("app.py").is_file() {
+                "app"
+            } else {
+                bail!("{}: a Python plugin's module is app.py", dir.display())
+            };
             write(
                 &stage.join("wasmformer_main.py"),
                 &format!(
@@ -235,18 +312,32 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
             for rel in &sources {
                 let text = std::fs::read_to_string(dir.join(rel))?;
                 let depth = rel.components().count() - 1;
-                let sdk_path = if depth == 0 { "./wasmformer.js".to_owned() } else { format!("{}wasmformer.js", "../".repeat(depth)) };
-                let text =
-                    text.replace("from \"wasmformer\"", &format!("from \"{sdk_path}\"")).replace("from 'wasmformer'", &format!("from '{sdk_path}'"));
+                let sdk_path = if depth == 0 {
+                    "./wasmformer.js".to_owned()
+                } else {
+                    format!("{}wasmformer.js", "../".repeat(depth))
+                };
+                let text = text
+                    .replace("from \"wasmformer\"", &format!("from \"{sdk_path}\""))
+                    .replace("from 'wasmformer'", &format!("from '{sdk_path}'"));
                 write(&stage.join("src").join(rel), &text)?;
             }
             let main = js_main(dir);
             if !dir.join(&main).is_file() {
-                bail!("{}: no {main} (the plugin's entry module, `main` in package.json)", dir.display());
+                bail!(
+                    "{}: no {main} (the plugin's entry module, `main` in package.json)",
+                    dir.display()
+                );
             }
             // The entry: the plugin's module (which calls exportPlugin), then the SDK's handler.
-            write(&stage.join("src/wasmformer_main.js"), &format!("import \"./{main}\";\nexport {{ handler }} from \"./wasmformer.js\";\n"))?;
-            command.arg(stage.join("src/wasmformer_main.js")).arg(stage.join("wit")).arg(&built);
+            write(
+                &stage.join("src/wasmformer_main.js"),
+                &format!("import \"./{main}\";\nexport {{ handler }} from \"./wasmformer.js\";\n"),
+            )?;
+            command
+                .arg(stage.join("src/wasmformer_main.js"))
+                .arg(stage.join("wit"))
+                .arg(&built);
         }
     }
     toolchain::run(&mut command)?;

@@ -11,8 +11,10 @@ use wasmformer_devcluster::simulate::{self, SimulationConfig};
 use wasmformer_devcluster::{ControllerConfig, DevCluster, DevClusterConfig};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "The config's `cluster:` section is ignored: the host talks to the dev cluster.\n\
-While it runs, kubectl works against it: kubectl --kubeconfig <printed path> get pods -A")]
+#[command(
+    after_help = "The config's `cluster:` section is ignored: the host talks to the dev cluster.\n\
+While it runs, kubectl works against it: kubectl --kubeconfig <printed path> get pods -A"
+)]
 pub struct DevArgs {
     /// The host configuration (YAML).
     #[arg(long, value_name = "FILE")]
@@ -47,24 +49,46 @@ pub fn run(args: DevArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode
     let config = HostConfig::load(&args.config)?;
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async move {
-        let controllers = (!args.no_controllers).then(|| ControllerConfig::default().nodes(args.nodes).pod_start_delay(args.pod_start_delay));
-        let dev = DevCluster::start(DevClusterConfig::default().addr(args.listen).controllers(controllers))
-            .await
-            .context("cannot start the dev cluster")?;
+        let controllers = (!args.no_controllers).then(|| {
+            ControllerConfig::default()
+                .nodes(args.nodes)
+                .pod_start_delay(args.pod_start_delay)
+        });
+        let dev = DevCluster::start(
+            DevClusterConfig::default()
+                .addr(args.listen)
+                .controllers(controllers),
+        )
+        .await
+        .context("cannot start the dev cluster")?;
         dev.write_kubeconfig(&args.kubeconfig_out)
             .with_context(|| format!("cannot write {}", args.kubeconfig_out.display()))?;
-        eprintln!("dev cluster at {}; kubeconfig written to {}", dev.url(), args.kubeconfig_out.display());
-        eprintln!("  try: kubectl --kubeconfig {} get pods -A", args.kubeconfig_out.display());
+        eprintln!(
+            "dev cluster at {}; kubeconfig written to {}",
+            dev.url(),
+            args.kubeconfig_out.display()
+        );
+        eprintln!(
+            "  try: kubectl --kubeconfig {} get pods -A",
+            args.kubeconfig_out.display()
+        );
         let simulation = args.simulate.map(|rate| {
             eprintln!("simulating cluster churn at {rate} events/s");
-            simulate::spawn(dev.store().clone(), SimulationConfig::default().events_per_second(rate))
+            simulate::spawn(
+                dev.store().clone(),
+                SimulationConfig::default().events_per_second(rate),
+            )
         });
-        let client = dev.client().context("cannot create a client for the dev cluster")?;
+        let client = dev
+            .client()
+            .context("cannot create a client for the dev cluster")?;
         let served = super::run::serve(config, client, cache_dir, args.run_for, false).await;
         if let Some(simulation) = simulation {
             let _ = simulation.stop().await;
         }
-        dev.shutdown().await.context("dev cluster did not stop cleanly")?;
+        dev.shutdown()
+            .await
+            .context("dev cluster did not stop cleanly")?;
         served
     })
 }

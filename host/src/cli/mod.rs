@@ -78,12 +78,26 @@ pub enum Command {
 pub fn init_tracing(args: &Args) {
     let default = match args.command {
         // replay prints plugin logs itself; host logs only when something is wrong.
-        Command::Replay(_) | Command::Inspect(_) | Command::Validate(_) | Command::Status(_) | Command::Reload(_) | Command::New(_) | Command::Build(_) | Command::Toolchain(_) | Command::Rbac(_) => "warn,plugin=off",
+        Command::Replay(_)
+        | Command::Inspect(_)
+        | Command::Validate(_)
+        | Command::Status(_)
+        | Command::Reload(_)
+        | Command::New(_)
+        | Command::Build(_)
+        | Command::Toolchain(_)
+        | Command::Rbac(_) => "warn,plugin=off",
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let colour = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
+    let colour = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -98,7 +112,13 @@ fn use_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> b
 
 /// Runs the chosen subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cache_dir = if args.no_cache { None } else { args.cache_dir.clone().or_else(wasmformer::plugin::PluginEngine::default_cache_dir) };
+    let cache_dir = if args.no_cache {
+        None
+    } else {
+        args.cache_dir
+            .clone()
+            .or_else(wasmformer::plugin::PluginEngine::default_cache_dir)
+    };
     match args.command {
         Command::Replay(replay) => replay::run(replay, cache_dir),
         Command::Inspect(inspect) => inspect::run(inspect, cache_dir),
@@ -121,7 +141,10 @@ mod tests {
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {
         assert!(use_colour(true, None));
-        assert!(use_colour(true, Some("".as_ref())), "an empty NO_COLOR does not count");
+        assert!(
+            use_colour(true, Some("".as_ref())),
+            "an empty NO_COLOR does not count"
+        );
         assert!(!use_colour(true, Some("1".as_ref())));
         assert!(!use_colour(false, None));
     }

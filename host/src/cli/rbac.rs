@@ -9,8 +9,10 @@ use wasmformer::rbac::{self, RbacOptions, Resource};
 use wasmformer::runtime;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Reads: get/list/watch; writes: apply → patch+create, patch, create, delete (status: true adds <resource>/status); events: true → events.k8s.io events create+patch.\n\
-What a config binds to namespaces becomes a Role per namespace, the rest one ClusterRole.")]
+#[command(
+    after_help = "Reads: get/list/watch; writes: apply → patch+create, patch, create, delete (status: true adds <resource>/status); events: true → events.k8s.io events create+patch.\n\
+What a config binds to namespaces becomes a Role per namespace, the rest one ClusterRole."
+)]
 pub struct RbacArgs {
     /// The host configuration (YAML).
     #[arg(long, value_name = "FILE")]
@@ -33,13 +35,29 @@ pub struct RbacArgs {
 
 pub fn run(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let config = HostConfig::load(&args.config)?;
-    let options = RbacOptions { name: args.name.clone(), service_account: args.service_account.clone(), namespace: args.namespace.clone() };
+    let options = RbacOptions {
+        name: args.name.clone(),
+        service_account: args.service_account.clone(),
+        namespace: args.namespace.clone(),
+    };
     let objects = if args.offline {
         rbac::objects(&config, &options, |kind| {
-            let name = kind.kind.clone().or_else(|| kind.resource.clone()).unwrap_or_default();
-            let plural = kind.resource.clone().unwrap_or_else(|| rbac::guess_plural(&name));
-            let cluster_scoped = ["Namespace", "Node", "PersistentVolume"].contains(&name.as_str()) || name.starts_with("Cluster");
-            Ok(Resource { group: kind.group_version().0.to_owned(), plural, namespaced: !cluster_scoped })
+            let name = kind
+                .kind
+                .clone()
+                .or_else(|| kind.resource.clone())
+                .unwrap_or_default();
+            let plural = kind
+                .resource
+                .clone()
+                .unwrap_or_else(|| rbac::guess_plural(&name));
+            let cluster_scoped = ["Namespace", "Node", "PersistentVolume"].contains(&name.as_str())
+                || name.starts_with("Cluster");
+            Ok(Resource {
+                group: kind.group_version().0.to_owned(),
+                plural,
+                namespaced: !cluster_scoped,
+            })
         })
     } else {
         let tokio = tokio::runtime::Runtime::new()?;
@@ -49,12 +67,26 @@ pub fn run(args: RbacArgs) -> anyhow::Result<ExitCode> {
             let mut resolved = Vec::new();
             for plugin in &config.plugins {
                 for (_, kind) in plugin.kinds() {
-                    let found = discovery.resolve(plugin.name.as_str(), &kind).await.map_err(|e| error_chain(&e));
-                    resolved.push((kind, found.map(|(r, namespaced)| Resource { group: r.group, plural: r.plural, namespaced })));
+                    let found = discovery
+                        .resolve(plugin.name.as_str(), &kind)
+                        .await
+                        .map_err(|e| error_chain(&e));
+                    resolved.push((
+                        kind,
+                        found.map(|(r, namespaced)| Resource {
+                            group: r.group,
+                            plural: r.plural,
+                            namespaced,
+                        }),
+                    ));
                 }
             }
             anyhow::Ok(rbac::objects(&config, &options, |kind| {
-                resolved.iter().find(|(k, _)| k == kind).map(|(_, r)| r.clone()).unwrap_or_else(|| Err(format!("{kind} was not resolved")))
+                resolved
+                    .iter()
+                    .find(|(k, _)| k == kind)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_else(|| Err(format!("{kind} was not resolved")))
             }))
         })?
     };

@@ -9,8 +9,10 @@ use wasmformer::plugin::{Limits, LoadedPlugin, LogSource, PluginEngine};
 use wasmformer::replay::{self, Script};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "The event script format is described in the README (\"Testing a plugin with replay\").\n\
-Exit status: 0 if every call succeeded, 1 if any call failed, 2 if the plugin or script could not be used.")]
+#[command(
+    after_help = "The event script format is described in the README (\"Testing a plugin with replay\").\n\
+Exit status: 0 if every call succeeded, 1 if any call failed, 2 if the plugin or script could not be used."
+)]
 pub struct ReplayArgs {
     /// The plugin component (.wasm).
     #[arg(long, value_name = "FILE")]
@@ -46,12 +48,23 @@ enum Output {
 }
 
 pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config: serde_json::Value = serde_json::from_str(&args.config).context("--config is not valid JSON")?;
+    let config: serde_json::Value =
+        serde_json::from_str(&args.config).context("--config is not valid JSON")?;
     let script = Script::load(&args.events)?;
-    let engine = PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
-    let name = args.name.clone().unwrap_or_else(|| args.plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into()));
+    let engine = PluginEngine::new(cache_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.plugin
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into())
+    });
     let plugin = LoadedPlugin::load(&engine, &name, &args.plugin)?;
-    let limits = Limits { deadline: args.deadline, memory_bytes: args.memory_bytes, ..Limits::default() };
+    let limits = Limits {
+        deadline: args.deadline,
+        memory_bytes: args.memory_bytes,
+        ..Limits::default()
+    };
     let calls = args.output == Output::Calls;
     let outcomes = replay::run(plugin, &script, &config, limits, |outcome| {
         if !calls {
@@ -63,7 +76,12 @@ pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitC
                 LogSource::Stdout => " stdout",
                 LogSource::Stderr => " stderr",
             };
-            println!("  [{}{stream}] {}: {}", line.plugin, line.level.as_str().to_lowercase(), line.message);
+            println!(
+                "  [{}{stream}] {}: {}",
+                line.plugin,
+                line.level.as_str().to_lowercase(),
+                line.message
+            );
         }
         println!("{outcome}");
         for write in &outcome.writes {
@@ -80,5 +98,9 @@ pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitC
             eprintln!("{outcome}");
         }
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -37,16 +37,31 @@ pub async fn serve(
     run_for: Option<std::time::Duration>,
     dry_run: bool,
 ) -> anyhow::Result<ExitCode> {
-    let engine = std::sync::Arc::new(PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?);
+    let engine = std::sync::Arc::new(
+        PluginEngine::new(cache_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?,
+    );
     let (admin_address, watch_files) = (config.host.admin_address, config.host.watch_config);
-    let token = match &config.host.admin_token_file {
-        Some(file) => {
-            let path = config.base_dir.join(file);
-            Some(std::fs::read_to_string(&path).with_context(|| format!("cannot read host.adminTokenFile {}", path.display()))?)
-        }
-        None => None,
-    };
-    let runtime = Runtime::start(config, client, engine, RuntimeOptions { dry_run, ..RuntimeOptions::default() }).await;
+    let token =
+        match &config.host.admin_token_file {
+            Some(file) => {
+                let path = config.base_dir.join(file);
+                Some(std::fs::read_to_string(&path).with_context(|| {
+                    format!("cannot read host.adminTokenFile {}", path.display())
+                })?)
+            }
+            None => None,
+        };
+    let runtime = Runtime::start(
+        config,
+        client,
+        engine,
+        RuntimeOptions {
+            dry_run,
+            ..RuntimeOptions::default()
+        },
+    )
+    .await;
     let _admin = match admin_address {
         Some(addr) => Some(wasmformer::admin::serve(addr, runtime.clone(), token).await?),
         None => None,
@@ -79,6 +94,9 @@ pub async fn serve(
 
 /// A second signal during shutdown: leave without delivering the rest (exit status 128 + signal).
 fn exit_at_once(signal: &str, status: i32) -> ! {
-    tracing::warn!(signal, "second signal during shutdown: exiting without delivering the queued events");
+    tracing::warn!(
+        signal,
+        "second signal during shutdown: exiting without delivering the queued events"
+    );
     std::process::exit(status)
 }

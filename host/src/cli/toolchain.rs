@@ -24,10 +24,16 @@ pub const WIT: &[(&str, &str)] = &[
 ];
 
 /// The Python SDK (`guest-sdk/python/wasmformer/`), staged as the package `wasmformer`.
-pub const PYTHON_SDK: &[(&str, &str)] = &[("wasmformer/__init__.py", include_str!("../../../guest-sdk/python/wasmformer/__init__.py"))];
+pub const PYTHON_SDK: &[(&str, &str)] = &[(
+    "wasmformer/__init__.py",
+    include_str!("../../../guest-sdk/python/wasmformer/__init__.py"),
+)];
 
 /// The JavaScript SDK (`guest-sdk/js/wasmformer.js`), staged as `wasmformer.js`.
-pub const JS_SDK: &[(&str, &str)] = &[("wasmformer.js", include_str!("../../../guest-sdk/js/wasmformer.js"))];
+pub const JS_SDK: &[(&str, &str)] = &[(
+    "wasmformer.js",
+    include_str!("../../../guest-sdk/js/wasmformer.js"),
+)];
 
 const PYTHON_PINS: &str = include_str!("../../../guest-sdk/python/requirements.txt");
 const JS_PACKAGE: &str = include_str!("../../../guest-sdk/js/toolchain/package.json");
@@ -114,35 +120,51 @@ pub fn ensure(tool: Tool) -> anyhow::Result<Toolchain> {
     let key = hex::encode(hasher.finalize())[..16].to_owned();
     let root = cache_root()?.join(tool.name());
     let dir = root.join(&key);
-    let toolchain = Toolchain { tool, dir: dir.clone(), key };
+    let toolchain = Toolchain {
+        tool,
+        dir: dir.clone(),
+        key,
+    };
     if dir.join(".ready").exists() {
         return Ok(toolchain);
     }
     std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
-    let lock = File::create(root.join(format!("{}.lock", toolchain.key))).context("create the install lock")?;
+    let lock = File::create(root.join(format!("{}.lock", toolchain.key)))
+        .context("create the install lock")?;
     lock.lock().context("wait for the install lock")?;
     if dir.join(".ready").exists() {
         return Ok(toolchain); // another process installed it while we waited
     }
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("remove the incomplete install {}", dir.display()))?;
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("remove the incomplete install {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir)?;
-    eprintln!("installing {} for {version} into {} (once per machine)", tool.name(), dir.display());
+    eprintln!(
+        "installing {} for {version} into {} (once per machine)",
+        tool.name(),
+        dir.display()
+    );
     let started = std::time::Instant::now();
     match tool {
         Tool::Python => install_python(&dir)?,
         Tool::Js => install_js(&dir)?,
     }
     std::fs::write(dir.join(".ready"), format!("{version}\n"))?;
-    eprintln!("installed {} in {:.1}s", tool.name(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "installed {} in {:.1}s",
+        tool.name(),
+        started.elapsed().as_secs_f64()
+    );
     prune(&root, &toolchain.key);
     Ok(toolchain)
 }
 
 /// Keeps the two newest installs of a tool (each is 70-400 MB) and removes older ones.
 fn prune(root: &Path, current: &str) {
-    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
     let mut installs: Vec<(std::time::SystemTime, PathBuf)> = entries
         .flatten()
         .filter(|e| e.path().is_dir() && e.file_name() != current)
@@ -161,12 +183,22 @@ fn interpreter_version(tool: Tool) -> anyhow::Result<String> {
     let program = tool.interpreter();
     let output = Command::new(&program).arg("--version").output();
     let hint = match tool {
-        Tool::Python => "Python plugins need Python 3.10 or newer with venv and pip (e.g. apt-get install python3-venv)",
-        Tool::Js => "JavaScript plugins need Node.js 18 or newer with npm (e.g. apt-get install nodejs npm)",
+        Tool::Python => {
+            "Python plugins need Python 3.10 or newer with venv and pip (e.g. apt-get install python3-venv)"
+        }
+        Tool::Js => {
+            "JavaScript plugins need Node.js 18 or newer with npm (e.g. apt-get install nodejs npm)"
+        }
     };
     match output {
         Ok(out) if out.status.success() => {
-            let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout }).trim().to_owned();
+            let text = String::from_utf8_lossy(if out.stdout.is_empty() {
+                &out.stderr
+            } else {
+                &out.stdout
+            })
+            .trim()
+            .to_owned();
             Ok(text)
         }
         Ok(out) => bail!("`{program} --version` failed ({}): {hint}", out.status),
@@ -177,9 +209,17 @@ fn interpreter_version(tool: Tool) -> anyhow::Result<String> {
 fn install_python(dir: &Path) -> anyhow::Result<()> {
     std::fs::write(dir.join("requirements.txt"), PYTHON_PINS)?;
     let venv = dir.join("venv");
-    run(Command::new(Tool::Python.interpreter()).args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(Tool::Python.interpreter())
+        .args(["-m", "venv"])
+        .arg(&venv))?;
     run(Command::new(venv.join("bin/pip"))
-        .args(["install", "--disable-pip-version-check", "--no-input", "-q", "-r"])
+        .args([
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+            "-r",
+        ])
         .arg(dir.join("requirements.txt")))
 }
 
@@ -189,14 +229,22 @@ fn install_js(dir: &Path) -> anyhow::Result<()> {
     std::fs::write(dir.join("componentize.mjs"), JS_DRIVER)?;
     std::fs::write(dir.join("gentypes.mjs"), JS_TYPEGEN)?;
     let npm = std::env::var("WASMFORMER_NPM").unwrap_or_else(|_| "npm".to_owned());
-    run(Command::new(npm).current_dir(dir).args(["ci", "--no-audit", "--no-fund", "--loglevel=error"]))
+    run(Command::new(npm).current_dir(dir).args([
+        "ci",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+    ]))
 }
 
 /// Runs `command`, echoing it, with its output going to our stderr (stdout stays for results);
 /// fails on a non-zero exit.
 pub fn run(command: &mut Command) -> anyhow::Result<()> {
     eprintln!("  $ {}", shown(command));
-    let status = command.stdout(std::io::stderr()).status().with_context(|| format!("cannot run {}", shown(command)))?;
+    let status = command
+        .stdout(std::io::stderr())
+        .status()
+        .with_context(|| format!("cannot run {}", shown(command)))?;
     if !status.success() {
         bail!("{} failed ({status})", shown(command));
     }
@@ -204,7 +252,11 @@ pub fn run(command: &mut Command) -> anyhow::Result<()> {
 }
 
 fn shown(command: &Command) -> String {
-    std::iter::once(command.get_program()).chain(command.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `wasmformer toolchain`: installs (or finds) the toolchains and prints their folders.
@@ -216,7 +268,11 @@ pub struct ToolchainArgs {
 }
 
 pub fn run_command(args: ToolchainArgs) -> anyhow::Result<std::process::ExitCode> {
-    let tools = if args.tools.is_empty() { vec![Tool::Python, Tool::Js] } else { args.tools };
+    let tools = if args.tools.is_empty() {
+        vec![Tool::Python, Tool::Js]
+    } else {
+        args.tools
+    };
     for tool in tools {
         let toolchain = ensure(tool)?;
         println!("{:<16} {}", tool.name(), toolchain.dir.display());

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use wasmformer::config::{HostConfig, Limits, Locations, Problem};
-use wasmformer::plugin::{LoadedPlugin, PluginEngine};
 use wasmformer::error_chain;
+use wasmformer::plugin::{LoadedPlugin, PluginEngine};
 use wasmformer::runtime;
 
 #[derive(Debug, clap::Args)]
@@ -20,14 +20,16 @@ pub struct ValidateArgs {
 }
 
 pub fn run(args: ValidateArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.config).with_context(|| format!("cannot read config {}", args.config.display()))?;
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read config {}", args.config.display()))?;
     let base_dir = args.config.parent().map(Path::to_owned).unwrap_or_default();
     let (config, mut problems) = match HostConfig::parse(&text, base_dir.clone()) {
         Ok(config) => (Some(config), Vec::new()),
         Err(problems) => (None, problems),
     };
     // The wasm files are checked whatever else is wrong: each entry that names one.
-    let engine = PluginEngine::new(cache_dir).map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
+    let engine = PluginEngine::new(cache_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
     let (wasm_problems, warnings) = check_wasm(&engine, &text, &base_dir);
     problems.extend(wasm_problems);
     for warning in &warnings {
@@ -50,15 +52,29 @@ pub fn run(args: ValidateArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<Exi
 /// Loads the wasm file of every `plugins[i]` entry that names one (as text), valid or not; a
 /// plugin that loads is warned about when it starts above its memory limit.
 fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Problem>, Vec<String>) {
-    let Ok(doc) = wasmformer::yaml::from_str::<serde_json::Value>(text) else { return Default::default() };
-    let entries = doc.get("plugins").and_then(|p| p.as_array()).cloned().unwrap_or_default();
+    let Ok(doc) = wasmformer::yaml::from_str::<serde_json::Value>(text) else {
+        return Default::default();
+    };
+    let entries = doc
+        .get("plugins")
+        .and_then(|p| p.as_array())
+        .cloned()
+        .unwrap_or_default();
     let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for (i, entry) in entries.iter().enumerate() {
-        let Some(wasm) = entry.get("wasm").and_then(|w| w.as_str()) else { continue };
-        let name = entry.get("name").and_then(|n| n.as_str()).map_or_else(|| format!("plugins[{i}]"), str::to_owned);
+        let Some(wasm) = entry.get("wasm").and_then(|w| w.as_str()) else {
+            continue;
+        };
+        let name = entry
+            .get("name")
+            .and_then(|n| n.as_str())
+            .map_or_else(|| format!("plugins[{i}]"), str::to_owned);
         match LoadedPlugin::load(engine, &name, &base_dir.join(wasm)) {
             Ok(loaded) => {
-                let limit = entry.pointer("/limits/memoryBytes").and_then(|m| m.as_u64()).map_or(Limits::default().memory_bytes, |m| m as usize);
+                let limit = entry
+                    .pointer("/limits/memoryBytes")
+                    .and_then(|m| m.as_u64())
+                    .map_or(Limits::default().memory_bytes, |m| m as usize);
                 warnings.extend(memory_warning(&loaded, limit, i));
             }
             Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e))),
@@ -106,10 +122,19 @@ fn report(path: &Path, problems: &[Problem]) -> ExitCode {
         println!("{}: ok", path.display());
         return ExitCode::SUCCESS;
     }
-    println!("{}: {} problem{}", path.display(), problems.len(), if problems.len() == 1 { "" } else { "s" });
+    println!(
+        "{}: {} problem{}",
+        path.display(),
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
     for problem in problems {
         // `config.yaml:7:22: plugins[0]…: message`, as compilers print it (editors jump there).
-        let separator = if problem.position.is_some() { ":" } else { ": " };
+        let separator = if problem.position.is_some() {
+            ":"
+        } else {
+            ": "
+        };
         println!("  {}{separator}{problem}", path.display());
     }
     ExitCode::FAILURE

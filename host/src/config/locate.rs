@@ -64,7 +64,13 @@ impl Node {
             };
             let location = child.referenced;
             if location.line() > 0 {
-                into.insert(path.clone(), Position { line: location.line(), column: location.column() });
+                into.insert(
+                    path.clone(),
+                    Position {
+                        line: location.line(),
+                        column: location.column(),
+                    },
+                );
             }
             child.value.collect(&path, into);
         }
@@ -144,10 +150,29 @@ mod tests {
     fn finds_values_by_path_and_missing_ones_by_their_parent() {
         let text = "plugins:\n  - name: a\n    handles:\n      - {apiVersion: v1, kind: Pod}\n      - apiVersion: v1\n        labelSelector: 'a in b'\n";
         let locations = Locations::of(text);
-        assert_eq!(locations.find("plugins[0].name"), Some(Position { line: 2, column: 11 }));
-        assert_eq!(locations.find("plugins[0].handles[1].labelSelector"), Some(Position { line: 6, column: 24 }));
-        assert_eq!(locations.find("plugins[0].handles[0].kind").map(|p| p.line), Some(4));
-        assert_eq!(locations.find("plugins[0].handles[1].kind").map(|p| p.line), Some(5), "a missing field: its entry");
+        assert_eq!(
+            locations.find("plugins[0].name"),
+            Some(Position {
+                line: 2,
+                column: 11
+            })
+        );
+        assert_eq!(
+            locations.find("plugins[0].handles[1].labelSelector"),
+            Some(Position {
+                line: 6,
+                column: 24
+            })
+        );
+        assert_eq!(
+            locations.find("plugins[0].handles[0].kind").map(|p| p.line),
+            Some(4)
+        );
+        assert_eq!(
+            locations.find("plugins[0].handles[1].kind").map(|p| p.line),
+            Some(5),
+            "a missing field: its entry"
+        );
         assert_eq!(locations.find("nothing"), None);
     }
 }

@@ -13,7 +13,10 @@ mod validate;
 
 pub use limits::Limits;
 pub use locate::{Locations, Position};
-pub use model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef, SwapMode, WriteGrant, WriteVerb};
+pub use model::{
+    ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName, ResourceRef,
+    SwapMode, WriteGrant, WriteVerb,
+};
 pub use validate::{ConfigError, Problem};
 
 use std::path::{Path, PathBuf};
@@ -37,9 +40,15 @@ impl HostConfig {
     /// Reads and checks the file at `path`: syntax, fields, selectors, index paths, names. Does
     /// not open the plugins' wasm files or contact the cluster (`wasmformer validate` does).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
-        let mut config = Self::parse(&text, base_dir).map_err(|problems| ConfigError::Invalid { path: path.to_owned(), problems })?;
+        let mut config = Self::parse(&text, base_dir).map_err(|problems| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems,
+        })?;
         config.path = Some(path.to_owned());
         Ok(config)
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::cache::{FieldPath, Gvk};
 use super::Limits;
+use crate::cache::{FieldPath, Gvk};
 
 /// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
 /// `$KUBECONFIG` or `~/.kube/config`, else the in-cluster service account.
@@ -82,10 +82,18 @@ impl TryFrom<String> for PluginName {
     fn try_from(name: String) -> Result<Self, Self::Error> {
         let valid = !name.is_empty()
             && name.len() <= 63
-            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             && !name.starts_with('-')
             && !name.ends_with('-');
-        if valid { Ok(Self(name)) } else { Err(format!("invalid plugin name {name:?}: use lowercase letters, digits and '-'")) }
+        if valid {
+            Ok(Self(name))
+        } else {
+            Err(format!(
+                "invalid plugin name {name:?}: use lowercase letters, digits and '-'"
+            ))
+        }
     }
 }
 
@@ -111,12 +119,16 @@ pub struct KindRef {
 impl KindRef {
     /// The group and version of `apiVersion`.
     pub fn group_version(&self) -> (&str, &str) {
-        self.api_version.rsplit_once('/').unwrap_or(("", &self.api_version))
+        self.api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &self.api_version))
     }
 
     /// The kind, if named by kind.
     pub fn gvk(&self) -> Option<Gvk> {
-        self.kind.as_ref().map(|kind| Gvk::from_api_version(&self.api_version, kind))
+        self.kind
+            .as_ref()
+            .map(|kind| Gvk::from_api_version(&self.api_version, kind))
     }
 }
 
@@ -155,7 +167,11 @@ pub struct ResourceRef {
 impl ResourceRef {
     /// The kind this entry names.
     pub fn kind_ref(&self) -> KindRef {
-        KindRef { api_version: self.api_version.clone(), kind: self.kind.clone(), resource: self.resource.clone() }
+        KindRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+        }
     }
 }
 
@@ -178,12 +194,18 @@ pub struct IndexConfig {
 impl IndexConfig {
     /// The kind this index is on.
     pub fn kind_ref(&self) -> KindRef {
-        KindRef { api_version: self.api_version.clone(), kind: self.kind.clone(), resource: self.resource.clone() }
+        KindRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+        }
     }
 }
 
 /// A verb of a `write:` grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum WriteVerb {
     /// `apply` — server-side apply (RBAC: `patch`, and `create` for objects that do not exist).
@@ -240,13 +262,19 @@ impl WriteGrant {
 
     /// The kind as a [`KindRef`].
     pub fn kind_ref(&self) -> KindRef {
-        KindRef { api_version: self.api_version.clone(), kind: Some(self.kind.clone()), resource: None }
+        KindRef {
+            api_version: self.api_version.clone(),
+            kind: Some(self.kind.clone()),
+            resource: None,
+        }
     }
 
     /// Whether this entry allows `verb` on an object in `namespace` (empty: cluster-scoped),
     /// to its `status` subresource if `status`.
     pub fn allows(&self, verb: WriteVerb, namespace: &str, status: bool) -> bool {
-        self.verbs.contains(&verb) && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)) && (!status || self.status)
+        self.verbs.contains(&verb)
+            && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
+            && (!status || self.status)
     }
 }
 
@@ -299,16 +327,36 @@ pub struct PluginConfig {
 impl PluginConfig {
     /// Every kind the plugin names, with where: `handles[0]`, `read[1]`, `indexes[0]`.
     pub fn kinds(&self) -> Vec<(String, KindRef)> {
-        let handles = self.handles.iter().enumerate().map(|(i, h)| (format!("handles[{i}]"), h.kind_ref()));
-        let read = self.read.iter().enumerate().map(|(i, k)| (format!("read[{i}]"), k.clone()));
-        let indexes = self.indexes.iter().enumerate().map(|(i, x)| (format!("indexes[{i}]"), x.kind_ref()));
-        let write = self.write.iter().enumerate().map(|(i, w)| (format!("write[{i}]"), w.kind_ref()));
+        let handles = self
+            .handles
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (format!("handles[{i}]"), h.kind_ref()));
+        let read = self
+            .read
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("read[{i}]"), k.clone()));
+        let indexes = self
+            .indexes
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (format!("indexes[{i}]"), x.kind_ref()));
+        let write = self
+            .write
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (format!("write[{i}]"), w.kind_ref()));
         handles.chain(read).chain(indexes).chain(write).collect()
     }
 
     /// The `config` block as the plugin's `init` receives it (`{}` when absent).
     pub fn config_json(&self) -> serde_json::Value {
-        if self.config.is_null() { serde_json::Value::Object(Default::default()) } else { self.config.clone() }
+        if self.config.is_null() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            self.config.clone()
+        }
     }
 }
 

@@ -8,16 +8,83 @@ use serde_json::json;
 use super::HostConfig;
 
 const KEYS: &[&str] = &[
-    "cluster", "host", "plugins", "kubeconfig", "context", "inCluster", "defaultResync", "stripManagedFields", "adminAddress",
-    "adminTokenFile", "shutdownTimeout", "watchConfig", "maxObjectBytes", "name", "wasm", "handles", "apiVersion", "kind",
-    "resource", "namespace", "labelSelector", "fieldSelector", "metadataOnly", "read", "indexes", "field", "resync", "limits",
-    "deadline", "memoryBytes", "logBytesPerCall", "maxQueuedEvents", "onSwap", "config", "unknown",
+    "cluster",
+    "host",
+    "plugins",
+    "kubeconfig",
+    "context",
+    "inCluster",
+    "defaultResync",
+    "stripManagedFields",
+    "adminAddress",
+    "adminTokenFile",
+    "shutdownTimeout",
+    "watchConfig",
+    "maxObjectBytes",
+    "name",
+    "wasm",
+    "handles",
+    "apiVersion",
+    "kind",
+    "resource",
+    "namespace",
+    "labelSelector",
+    "fieldSelector",
+    "metadataOnly",
+    "read",
+    "indexes",
+    "field",
+    "resync",
+    "limits",
+    "deadline",
+    "memoryBytes",
+    "logBytesPerCall",
+    "maxQueuedEvents",
+    "onSwap",
+    "config",
+    "unknown",
 ];
 const VALUES: &[&str] = &[
-    "", "~", "-", "0", "-1", "1e400", "18446744073709551616", "0x10", "true", "no", "10m", "100ms", "1000000000000000h", "v1",
-    "apps/v1", "Pod", "pods", "a=b", "a in (x", "metadata.labels['x']", "spec.containers[*].image", "[", "]", "{", "}",
-    "\"unterminated", "'q'", "&anchor", "*anchor", "!!binary x", "? complex", "é", "\u{0}", "127.0.0.1:99999", "live",
-    "replay", "{a: 1}", "[1, 2]", "|", ">",
+    "",
+    "~",
+    "-",
+    "0",
+    "-1",
+    "1e400",
+    "18446744073709551616",
+    "0x10",
+    "true",
+    "no",
+    "10m",
+    "100ms",
+    "1000000000000000h",
+    "v1",
+    "apps/v1",
+    "Pod",
+    "pods",
+    "a=b",
+    "a in (x",
+    "metadata.labels['x']",
+    "spec.containers[*].image",
+    "[",
+    "]",
+    "{",
+    "}",
+    "\"unterminated",
+    "'q'",
+    "&anchor",
+    "*anchor",
+    "!!binary x",
+    "? complex",
+    "é",
+    "\u{0}",
+    "127.0.0.1:99999",
+    "live",
+    "replay",
+    "{a: 1}",
+    "[1, 2]",
+    "|",
+    ">",
 ];
 
 fn pick(list: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
@@ -25,10 +92,19 @@ fn pick(list: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
 }
 
 /// A YAML-like document: lines of `indent key: value` and `indent - key: value`.
-pub(crate) fn document(keys: &'static [&'static str], values: &'static [&'static str]) -> impl Strategy<Value = String> {
-    let line = (0..4usize, any::<bool>(), pick(keys), pick(values)).prop_map(|(depth, item, key, value)| {
-        format!("{}{}{key}: {value}", "  ".repeat(depth), if item { "- " } else { "" })
-    });
+pub(crate) fn document(
+    keys: &'static [&'static str],
+    values: &'static [&'static str],
+) -> impl Strategy<Value = String> {
+    let line = (0..4usize, any::<bool>(), pick(keys), pick(values)).prop_map(
+        |(depth, item, key, value)| {
+            format!(
+                "{}{}{key}: {value}",
+                "  ".repeat(depth),
+                if item { "- " } else { "" }
+            )
+        },
+    );
     prop_oneof![
         4 => prop::collection::vec(line, 0..16).prop_map(|lines| lines.join("\n")),
         1 => ".{0,64}",
@@ -37,14 +113,28 @@ pub(crate) fn document(keys: &'static [&'static str], values: &'static [&'static
 
 /// `text` cut short, or with one character replaced.
 pub(crate) fn garble(text: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
-    (text, any::<prop::sample::Index>(), any::<bool>(), any::<char>()).prop_map(|(text, at, cut, c)| {
-        let chars: Vec<char> = text.chars().collect();
-        if chars.is_empty() {
-            return text;
-        }
-        let at = at.index(chars.len());
-        if cut { chars[..at].iter().collect() } else { chars[..at].iter().chain([&c]).chain(&chars[at + 1..]).collect() }
-    })
+    (
+        text,
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+        any::<char>(),
+    )
+        .prop_map(|(text, at, cut, c)| {
+            let chars: Vec<char> = text.chars().collect();
+            if chars.is_empty() {
+                return text;
+            }
+            let at = at.index(chars.len());
+            if cut {
+                chars[..at].iter().collect()
+            } else {
+                chars[..at]
+                    .iter()
+                    .chain([&c])
+                    .chain(&chars[at + 1..])
+                    .collect()
+            }
+        })
 }
 
 /// A configuration built from its own parts with odd values (as JSON, which is YAML).
@@ -79,7 +169,8 @@ fn structured() -> impl Strategy<Value = String> {
         json!({"adminAddress": "nowhere", "shutdownTimeout": "-1s"}),
         json!({"unknown": true}),
     ]);
-    (prop::collection::vec(plugin, 0..3), host).prop_map(|(plugins, host)| json!({"host": host, "plugins": plugins}).to_string())
+    (prop::collection::vec(plugin, 0..3), host)
+        .prop_map(|(plugins, host)| json!({"host": host, "plugins": plugins}).to_string())
 }
 
 // Cases: `PROPTEST_CASES` (proptest's default: 256).

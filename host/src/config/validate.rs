@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::HostConfig;
 use super::locate::{Locations, Position};
 use super::model::{ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, ResourceRef};
-use super::HostConfig;
 use crate::cache::LabelSelector;
 
 /// One thing wrong with the configuration, and where.
@@ -26,7 +26,11 @@ pub struct Problem {
 impl Problem {
     /// A problem at `at`.
     pub fn new(at: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { at: at.into(), position: None, message: message.into() }
+        Self {
+            at: at.into(),
+            position: None,
+            message: message.into(),
+        }
     }
 
     /// Sets the position from the document's `locations` (unless it has one).
@@ -73,7 +77,11 @@ fn decode<T: DeserializeOwned>(at: &str, value: &Value, problems: &mut Vec<Probl
         Ok(v) => Some(v),
         Err(e) => {
             let inner = e.path().to_string();
-            let at = if inner == "." || inner.is_empty() { at.to_owned() } else { format!("{at}.{inner}") };
+            let at = if inner == "." || inner.is_empty() {
+                at.to_owned()
+            } else {
+                format!("{at}.{inner}")
+            };
             problems.push(Problem::new(at, e.into_inner().to_string()));
             None
         }
@@ -82,12 +90,19 @@ fn decode<T: DeserializeOwned>(at: &str, value: &Value, problems: &mut Vec<Probl
 
 /// Decodes every entry of the list `field` of `plugin` on its own: `None` for an entry that did
 /// not decode (its problem is recorded), so the others can still be checked.
-fn decode_list<T: DeserializeOwned>(at: &str, plugin: &Value, field: &str, problems: &mut Vec<Problem>) -> Vec<Option<T>> {
+fn decode_list<T: DeserializeOwned>(
+    at: &str,
+    plugin: &Value,
+    field: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<Option<T>> {
     match plugin.get(field) {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => {
-            items.iter().enumerate().map(|(i, item)| decode(&format!("{at}.{field}[{i}]"), item, problems)).collect()
-        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| decode(&format!("{at}.{field}[{i}]"), item, problems))
+            .collect(),
         Some(_) => {
             problems.push(Problem::new(format!("{at}.{field}"), "expected a list"));
             vec![None]
@@ -108,21 +123,40 @@ pub(super) fn parse(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Pro
 fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Problem>> {
     let doc: Value = crate::yaml::from_str(text).map_err(|e| vec![syntax_problem(&e)])?;
     let Some(top) = doc.as_object() else {
-        return Err(vec![Problem::new("(top)", "the config must be a map with a `plugins:` list")]);
+        return Err(vec![Problem::new(
+            "(top)",
+            "the config must be a map with a `plugins:` list",
+        )]);
     };
     let mut problems = Vec::new();
-    for key in top.keys().filter(|k| !["cluster", "host", "plugins"].contains(&k.as_str())) {
-        problems.push(Problem::new(key.clone(), "unknown field, expected one of `cluster`, `host`, `plugins`"));
+    for key in top
+        .keys()
+        .filter(|k| !["cluster", "host", "plugins"].contains(&k.as_str()))
+    {
+        problems.push(Problem::new(
+            key.clone(),
+            "unknown field, expected one of `cluster`, `host`, `plugins`",
+        ));
     }
     let null = Value::Null;
     let section = |key: &str| top.get(key).filter(|v| !v.is_null()).unwrap_or(&null);
-    let cluster: Option<ClusterConfig> = if section("cluster").is_null() { Some(ClusterConfig::default()) } else { decode("cluster", section("cluster"), &mut problems) };
-    let host: Option<HostSettings> = if section("host").is_null() { Some(HostSettings::default()) } else { decode("host", section("host"), &mut problems) };
+    let cluster: Option<ClusterConfig> = if section("cluster").is_null() {
+        Some(ClusterConfig::default())
+    } else {
+        decode("cluster", section("cluster"), &mut problems)
+    };
+    let host: Option<HostSettings> = if section("host").is_null() {
+        Some(HostSettings::default())
+    } else {
+        decode("host", section("host"), &mut problems)
+    };
 
     let mut plugins = Vec::new();
     match top.get("plugins").and_then(Value::as_array) {
         None => problems.push(Problem::new("plugins", "missing: list at least one plugin")),
-        Some(list) if list.is_empty() => problems.push(Problem::new("plugins", "empty: list at least one plugin")),
+        Some(list) if list.is_empty() => {
+            problems.push(Problem::new("plugins", "empty: list at least one plugin"))
+        }
         Some(list) => {
             for (i, value) in list.iter().enumerate() {
                 if let Some(plugin) = parse_plugin(&format!("plugins[{i}]"), value, &mut problems) {
@@ -134,18 +168,30 @@ fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Prob
     let mut names = HashSet::new();
     for (i, plugin) in plugins.iter().enumerate() {
         if !names.insert(plugin.name.clone()) {
-            problems.push(Problem::new(format!("plugins[{i}].name"), format!("duplicate plugin name {:?}", plugin.name.as_str())));
+            problems.push(Problem::new(
+                format!("plugins[{i}].name"),
+                format!("duplicate plugin name {:?}", plugin.name.as_str()),
+            ));
         }
     }
     match (cluster, host, problems.is_empty()) {
-        (Some(cluster), Some(host), true) => Ok(HostConfig { cluster, host, plugins, base_dir, path: None }),
+        (Some(cluster), Some(host), true) => Ok(HostConfig {
+            cluster,
+            host,
+            plugins,
+            base_dir,
+            path: None,
+        }),
         _ => Err(problems),
     }
 }
 
 fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<PluginConfig> {
     if !value.is_object() {
-        problems.push(Problem::new(at, "expected a map with `name`, `wasm` and `handles`"));
+        problems.push(Problem::new(
+            at,
+            "expected a map with `name`, `wasm` and `handles`",
+        ));
         return None;
     }
     // The lists are decoded entry by entry below, so that each entry's problem is reported.
@@ -160,15 +206,23 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
     let read: Vec<Option<KindRef>> = decode_list(at, value, "read", problems);
     let indexes: Vec<Option<IndexConfig>> = decode_list(at, value, "indexes", problems);
     check_lists(at, &handles, &read, &indexes, problems);
-    let (Some(mut plugin), Some(handles), Some(read), Some(indexes)) = (plugin, all(handles), all(read), all(indexes)) else {
+    let (Some(mut plugin), Some(handles), Some(read), Some(indexes)) =
+        (plugin, all(handles), all(read), all(indexes))
+    else {
         return None;
     };
     (plugin.handles, plugin.read, plugin.indexes) = (handles, read, indexes);
     if !(plugin.config.is_null() || plugin.config.is_object()) {
-        problems.push(Problem::new(format!("{at}.config"), "expected a map (it is passed to the plugin's init as JSON)"));
+        problems.push(Problem::new(
+            format!("{at}.config"),
+            "expected a map (it is passed to the plugin's init as JSON)",
+        ));
     }
     if plugin.limits.deadline.is_zero() {
-        problems.push(Problem::new(format!("{at}.limits.deadline"), "must be more than 0s"));
+        problems.push(Problem::new(
+            format!("{at}.limits.deadline"),
+            "must be more than 0s",
+        ));
     }
     check_writes(at, &plugin, problems);
     Some(plugin)
@@ -176,17 +230,27 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
 
 /// A YAML syntax error as a problem at its position, on one line.
 fn syntax_problem(error: &serde_saphyr::Error) -> Problem {
-    let position = error.location().filter(|l| l.line() > 0).map(|l| Position { line: l.line(), column: l.column() });
+    let position = error.location().filter(|l| l.line() > 0).map(|l| Position {
+        line: l.line(),
+        column: l.column(),
+    });
     let text = error.to_string();
     let first = text.lines().next().unwrap_or("invalid YAML");
     // `error: line 5 column 3: …`: the position is shown once, as the problem's.
     let message = first.strip_prefix("error: ").unwrap_or(first);
-    let message = match message.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+    let message = match message
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+    {
         Some((_, rest)) if position.is_some() => rest,
         _ => message,
     }
     .to_owned();
-    Problem { at: "(syntax)".into(), position, message }
+    Problem {
+        at: "(syntax)".into(),
+        position,
+        message,
+    }
 }
 
 /// Every entry, if all decoded.
@@ -196,7 +260,10 @@ fn all<T>(list: Vec<Option<T>>) -> Option<Vec<T>> {
 
 /// The entries that decoded, with their positions.
 fn decoded<T>(list: &[Option<T>]) -> Vec<(usize, &T)> {
-    list.iter().enumerate().filter_map(|(j, e)| Some((j, e.as_ref()?))).collect()
+    list.iter()
+        .enumerate()
+        .filter_map(|(j, e)| Some((j, e.as_ref()?)))
+        .collect()
 }
 
 /// Checks a plugin's `handles`, `read` and `indexes` entries (those that decoded).
@@ -208,7 +275,10 @@ fn check_lists(
     problems: &mut Vec<Problem>,
 ) {
     if handles.is_empty() {
-        problems.push(Problem::new(format!("{at}.handles"), "a plugin handles at least one resource"));
+        problems.push(Problem::new(
+            format!("{at}.handles"),
+            "a plugin handles at least one resource",
+        ));
     }
     let (handles, read) = (decoded(handles), decoded(read));
     for &(j, handle) in &handles {
@@ -228,17 +298,27 @@ fn check_lists(
     for &(j, kind) in &read {
         check_kind(&format!("{at}.read[{j}]"), kind, problems);
     }
-    let usable: Vec<KindRef> = handles.iter().map(|(_, h)| h.kind_ref()).chain(read.iter().map(|(_, k)| (*k).clone())).collect();
+    let usable: Vec<KindRef> = handles
+        .iter()
+        .map(|(_, h)| h.kind_ref())
+        .chain(read.iter().map(|(_, k)| (*k).clone()))
+        .collect();
     let mut index_names = HashSet::new();
     for (j, index) in decoded(indexes) {
         let here = format!("{at}.indexes[{j}]");
         let kind = index.kind_ref();
         check_kind(&here, &kind, problems);
         if !usable.contains(&kind) {
-            problems.push(Problem::new(here.clone(), format!("index on {kind}, which the plugin neither handles nor reads")));
+            problems.push(Problem::new(
+                here.clone(),
+                format!("index on {kind}, which the plugin neither handles nor reads"),
+            ));
         }
         if !index_names.insert((kind.to_string(), index.name.clone())) {
-            problems.push(Problem::new(format!("{here}.name"), format!("duplicate index name {:?} on {kind}", index.name)));
+            problems.push(Problem::new(
+                format!("{here}.name"),
+                format!("duplicate index name {:?} on {kind}", index.name),
+            ));
         }
     }
 }
@@ -248,41 +328,72 @@ fn check_writes(at: &str, plugin: &PluginConfig, problems: &mut Vec<Problem>) {
     for (j, grant) in plugin.write.iter().enumerate() {
         let here = format!("{at}.write[{j}]");
         if grant.api_version.trim().is_empty() {
-            problems.push(Problem::new(format!("{here}.apiVersion"), "must not be empty"));
+            problems.push(Problem::new(
+                format!("{here}.apiVersion"),
+                "must not be empty",
+            ));
         }
         if grant.kind.trim().is_empty() {
             problems.push(Problem::new(format!("{here}.kind"), "must not be empty"));
         }
         if grant.verbs.is_empty() {
-            problems.push(Problem::new(format!("{here}.verbs"), "list at least one of apply, patch, create, delete"));
+            problems.push(Problem::new(
+                format!("{here}.verbs"),
+                "list at least one of apply, patch, create, delete",
+            ));
         }
-        if grant.gvk().group == "events.k8s.io" || (grant.gvk().group.is_empty() && grant.kind == "Event") {
-            problems.push(Problem::new(here, "Events are granted with `events: true`, not `write:`"));
+        if grant.gvk().group == "events.k8s.io"
+            || (grant.gvk().group.is_empty() && grant.kind == "Event")
+        {
+            problems.push(Problem::new(
+                here,
+                "Events are granted with `events: true`, not `write:`",
+            ));
         }
     }
     let limits = &plugin.limits;
-    for (field, value) in [("writesPerCall", limits.writes_per_call as u64), ("manifestBytes", limits.manifest_bytes as u64), ("writeQps", u64::from(limits.write_qps)), ("writeBurst", u64::from(limits.write_burst))] {
+    for (field, value) in [
+        ("writesPerCall", limits.writes_per_call as u64),
+        ("manifestBytes", limits.manifest_bytes as u64),
+        ("writeQps", u64::from(limits.write_qps)),
+        ("writeBurst", u64::from(limits.write_burst)),
+    ] {
         if value == 0 {
-            problems.push(Problem::new(format!("{at}.limits.{field}"), "must be more than 0"));
+            problems.push(Problem::new(
+                format!("{at}.limits.{field}"),
+                "must be more than 0",
+            ));
         }
     }
     if limits.write_timeout.is_zero() {
-        problems.push(Problem::new(format!("{at}.limits.writeTimeout"), "must be more than 0s"));
+        problems.push(Problem::new(
+            format!("{at}.limits.writeTimeout"),
+            "must be more than 0s",
+        ));
     }
 }
 
 fn check_kind(at: &str, kind: &KindRef, problems: &mut Vec<Problem>) {
     if kind.api_version.trim().is_empty() {
-        problems.push(Problem::new(format!("{at}.apiVersion"), "must not be empty"));
+        problems.push(Problem::new(
+            format!("{at}.apiVersion"),
+            "must not be empty",
+        ));
     }
     if kind.kind.is_some() == kind.resource.is_some() {
-        problems.push(Problem::new(at, "name the kind with exactly one of `kind` or `resource`"));
+        problems.push(Problem::new(
+            at,
+            "name the kind with exactly one of `kind` or `resource`",
+        ));
     }
 }
 
 /// Field selectors: comma-separated `field=value`, `field==value` or `field!=value`.
 fn check_field_selector(selector: &str) -> Result<(), String> {
-    selector.parse::<crate::cache::FieldSelector>().map(drop).map_err(|e| e.to_string())
+    selector
+        .parse::<crate::cache::FieldSelector>()
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -317,7 +428,10 @@ plugins:
         assert_eq!(plugin.limits.memory_bytes, 64 << 20);
         assert_eq!(plugin.on_swap, crate::config::SwapMode::Replay);
         assert_eq!(plugin.handles[0].namespace.as_deref(), Some("shop"));
-        assert_eq!(config.wasm_path(plugin), PathBuf::from("/etc/wasmformer/plugins/pod_logger.wasm"));
+        assert_eq!(
+            config.wasm_path(plugin),
+            PathBuf::from("/etc/wasmformer/plugins/pod_logger.wasm")
+        );
     }
 
     #[test]
@@ -340,19 +454,61 @@ plugins:
   - {name: c, wasm: c.wasm, handles: [{apiVersion: v1, kind: Pod}], onSwap: rebuild}
 "#;
         let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
-        assert!(problems.iter().all(|p| p.position.is_some()), "every problem is located: {problems:#?}");
-        let text: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
+        assert!(
+            problems.iter().all(|p| p.position.is_some()),
+            "every problem is located: {problems:#?}"
+        );
+        let text: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.at, p.message))
+            .collect();
         let has = |at: &str, what: &str| text.iter().any(|p| p.starts_with(at) && p.contains(what));
         assert!(has("clustr", "unknown field"), "{text:#?}");
         assert!(has("plugins[0].name", "invalid plugin name"), "{text:#?}");
-        assert!(has("plugins[0].handles[0].labelSelector", "invalid label selector"), "{text:#?}");
-        assert!(has("plugins[0].handles[1]", "exactly one of `kind` or `resource`"), "{text:#?}");
-        assert!(has("plugins[0].handles[1].fieldSelector", "invalid field selector"), "{text:#?}");
-        assert!(has("plugins[0].handles[2]", "unknown field `knd`"), "{text:#?}");
-        assert!(has("plugins[0].indexes[0].field", "invalid field path"), "{text:#?}");
-        assert!(has("plugins[1].limits.memoryByte", "unknown field `memoryByte`"), "{text:#?}");
-        assert!(has("plugins[1].handles", "at least one resource"), "{text:#?}");
-        assert!(has("plugins[2].onSwap", "unknown variant `rebuild`, expected `live` or `replay`"), "{text:#?}");
+        assert!(
+            has(
+                "plugins[0].handles[0].labelSelector",
+                "invalid label selector"
+            ),
+            "{text:#?}"
+        );
+        assert!(
+            has(
+                "plugins[0].handles[1]",
+                "exactly one of `kind` or `resource`"
+            ),
+            "{text:#?}"
+        );
+        assert!(
+            has(
+                "plugins[0].handles[1].fieldSelector",
+                "invalid field selector"
+            ),
+            "{text:#?}"
+        );
+        assert!(
+            has("plugins[0].handles[2]", "unknown field `knd`"),
+            "{text:#?}"
+        );
+        assert!(
+            has("plugins[0].indexes[0].field", "invalid field path"),
+            "{text:#?}"
+        );
+        assert!(
+            has("plugins[1].limits.memoryByte", "unknown field `memoryByte`"),
+            "{text:#?}"
+        );
+        assert!(
+            has("plugins[1].handles", "at least one resource"),
+            "{text:#?}"
+        );
+        assert!(
+            has(
+                "plugins[2].onSwap",
+                "unknown variant `rebuild`, expected `live` or `replay`"
+            ),
+            "{text:#?}"
+        );
     }
 
     #[test]
@@ -362,8 +518,16 @@ plugins:
   - {name: a, wasm: a.wasm, handles: [{apiVersion: v1, kind: Pod}], indexes: [{apiVersion: v1, kind: Node, name: n, field: spec.x}]}
   - {name: a, wasm: b.wasm, handles: [{apiVersion: v1, kind: Pod}]}
 "#;
-        let text: Vec<String> = HostConfig::parse(dup, PathBuf::new()).unwrap_err().iter().map(|p| format!("{}: {}", p.at, p.message)).collect();
-        assert!(text.iter().any(|p| p.starts_with("plugins[1].name: duplicate plugin name")), "{text:#?}");
+        let text: Vec<String> = HostConfig::parse(dup, PathBuf::new())
+            .unwrap_err()
+            .iter()
+            .map(|p| format!("{}: {}", p.at, p.message))
+            .collect();
+        assert!(
+            text.iter()
+                .any(|p| p.starts_with("plugins[1].name: duplicate plugin name")),
+            "{text:#?}"
+        );
         assert!(text.iter().any(|p| p.contains("index on v1 Node, which the plugin neither handles nor reads")), "{text:#?}");
     }
 
@@ -371,6 +535,10 @@ plugins:
     fn syntax_errors_are_reported() {
         let problems = HostConfig::parse("plugins: [", PathBuf::new()).unwrap_err();
         assert_eq!(problems[0].at, "(syntax)");
-        assert!(HostConfig::parse("plugins: []", PathBuf::new()).unwrap_err()[0].message.contains("at least one plugin"));
+        assert!(
+            HostConfig::parse("plugins: []", PathBuf::new()).unwrap_err()[0]
+                .message
+                .contains("at least one plugin")
+        );
     }
 }

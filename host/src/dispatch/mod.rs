@@ -69,11 +69,34 @@ impl DispatchedPlugin {
         let subscriptions = handled
             .iter()
             .enumerate()
-            .map(|(source, info)| info.lister.informer().subscribe(Arc::new(SourceSink { queue: queue.clone(), source })))
+            .map(|(source, info)| {
+                info.lister.informer().subscribe(Arc::new(SourceSink {
+                    queue: queue.clone(),
+                    source,
+                }))
+            })
             .collect();
-        let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> { Box::new(move || previous.stop(timeout)) });
-        let worker = PluginWorker::start(instance, queue.clone(), handled, status.clone(), resync, before, metrics.clone());
-        Self { name, queue, status, worker, subscriptions, listers, metrics }
+        let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> {
+            Box::new(move || previous.stop(timeout))
+        });
+        let worker = PluginWorker::start(
+            instance,
+            queue.clone(),
+            handled,
+            status.clone(),
+            resync,
+            before,
+            metrics.clone(),
+        );
+        Self {
+            name,
+            queue,
+            status,
+            worker,
+            subscriptions,
+            listers,
+            metrics,
+        }
     }
 
     /// The plugin's name.
@@ -93,7 +116,11 @@ impl DispatchedPlugin {
 
     /// Hands `instance` to the worker, which swaps it in between two events; the receiver is
     /// told when that happened (with how many objects were replayed, for a replay swap).
-    pub fn swap(&self, instance: PluginInstance, mode: SwapMode) -> std::sync::mpsc::Receiver<Option<usize>> {
+    pub fn swap(
+        &self,
+        instance: PluginInstance,
+        mode: SwapMode,
+    ) -> std::sync::mpsc::Receiver<Option<usize>> {
         self.worker.swap(instance, mode)
     }
 

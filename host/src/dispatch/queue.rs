@@ -87,7 +87,12 @@ impl EventQueue {
 
     /// [`EventQueue::new`], reporting to `metrics` (the plugin's `workqueue_*` series).
     pub fn with_metrics(max_queued: usize, metrics: QueueMetrics) -> Arc<Self> {
-        Arc::new(Self { state: Mutex::default(), ready: Condvar::new(), max_queued, metrics })
+        Arc::new(Self {
+            state: Mutex::default(),
+            ready: Condvar::new(),
+            max_queued,
+            metrics,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -100,7 +105,10 @@ impl EventQueue {
         if state.closed {
             return;
         }
-        if let Item::Event { source, event: Event::Update { new, .. } } = &item
+        if let Item::Event {
+            source,
+            event: Event::Update { new, .. },
+        } = &item
             && state.items.len() >= self.max_queued
             && Self::merge_update(&mut state, *source, new)
         {
@@ -117,7 +125,9 @@ impl EventQueue {
         let seq = state.next_seq;
         state.next_seq += 1;
         if let Item::Event { source, event } = &item {
-            state.latest.insert((*source, event.object().key().clone()), seq);
+            state
+                .latest
+                .insert((*source, event.object().key().clone()), seq);
         }
         state.items.push_back((seq, item));
         state.enqueued.insert(seq, Instant::now());
@@ -132,12 +142,23 @@ impl EventQueue {
             return 0;
         }
         let before = state.items.len();
-        let kept: Vec<Item> = std::mem::take(&mut state.items).into_iter().map(|(_, item)| item).filter(|item| item.source() != source).collect();
+        let kept: Vec<Item> = std::mem::take(&mut state.items)
+            .into_iter()
+            .map(|(_, item)| item)
+            .filter(|item| item.source() != source)
+            .collect();
         let dropped = before - kept.len();
         state.latest.clear();
         state.enqueued.clear();
-        let replayed = objects.into_iter().map(|obj| Item::Event { source, event: Event::Add { obj, initial: true } });
-        for item in kept.into_iter().chain(replayed).chain(synced.then_some(Item::Synced { source })) {
+        let replayed = objects.into_iter().map(|obj| Item::Event {
+            source,
+            event: Event::Add { obj, initial: true },
+        });
+        for item in kept
+            .into_iter()
+            .chain(replayed)
+            .chain(synced.then_some(Item::Synced { source }))
+        {
             Self::append(&mut state, item);
         }
         self.metrics.depth(state.items.len());
@@ -148,9 +169,18 @@ impl EventQueue {
 
     /// Merges `new` into the object's latest queued event if that is an update.
     fn merge_update(state: &mut State, source: SourceId, new: &Arc<CachedObject>) -> bool {
-        let Some(&seq) = state.latest.get(&(source, new.key().clone())) else { return false };
+        let Some(&seq) = state.latest.get(&(source, new.key().clone())) else {
+            return false;
+        };
         let first = state.items.front().map_or(0, |(s, _)| *s);
-        let Some((_, Item::Event { event: Event::Update { new: queued, .. }, .. })) = state.items.get_mut((seq - first) as usize) else {
+        let Some((
+            _,
+            Item::Event {
+                event: Event::Update { new: queued, .. },
+                ..
+            },
+        )) = state.items.get_mut((seq - first) as usize)
+        else {
             return false;
         };
         *queued = new.clone();
@@ -176,7 +206,16 @@ impl EventQueue {
                 continue;
             }
             // Nothing is queued for the object, so there is nothing to merge with: append.
-            Self::append(&mut state, Item::Event { source, event: Event::Update { old: obj.clone(), new: obj } });
+            Self::append(
+                &mut state,
+                Item::Event {
+                    source,
+                    event: Event::Update {
+                        old: obj.clone(),
+                        new: obj,
+                    },
+                },
+            );
             queued += 1;
         }
         drop(state);
@@ -217,7 +256,10 @@ impl EventQueue {
                     if left.is_zero() {
                         return Popped::Timeout;
                     }
-                    self.ready.wait_timeout(state, left).expect("event queue lock poisoned").0
+                    self.ready
+                        .wait_timeout(state, left)
+                        .expect("event queue lock poisoned")
+                        .0
                 }
             };
         }
@@ -270,7 +312,11 @@ impl EventQueue {
             if left.is_zero() {
                 return;
             }
-            state = self.ready.wait_timeout(state, left).expect("event queue lock poisoned").0;
+            state = self
+                .ready
+                .wait_timeout(state, left)
+                .expect("event queue lock poisoned")
+                .0;
         }
     }
 }
@@ -288,9 +334,24 @@ impl DeltaSink for SourceSink {
     fn push(&self, delta: Delta) {
         let source = self.source;
         let item = match delta {
-            Delta::Add { obj, initial } => Item::Event { source, event: Event::Add { obj, initial } },
-            Delta::Update { old, new } => Item::Event { source, event: Event::Update { old, new } },
-            Delta::Delete { obj, final_state_unknown } => Item::Event { source, event: Event::Delete { obj, final_state_unknown } },
+            Delta::Add { obj, initial } => Item::Event {
+                source,
+                event: Event::Add { obj, initial },
+            },
+            Delta::Update { old, new } => Item::Event {
+                source,
+                event: Event::Update { old, new },
+            },
+            Delta::Delete {
+                obj,
+                final_state_unknown,
+            } => Item::Event {
+                source,
+                event: Event::Delete {
+                    obj,
+                    final_state_unknown,
+                },
+            },
             Delta::Synced => Item::Synced { source },
         };
         self.queue.push(item);
@@ -308,17 +369,36 @@ mod tests {
     }
 
     fn update(name: &str, from: u64, to: u64) -> Item {
-        Item::Event { source: 0, event: Event::Update { old: obj(name, from), new: obj(name, to) } }
+        Item::Event {
+            source: 0,
+            event: Event::Update {
+                old: obj(name, from),
+                new: obj(name, to),
+            },
+        }
     }
 
     fn drain(queue: &EventQueue) -> Vec<String> {
         let mut seen = Vec::new();
         while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
             seen.push(match item {
-                Item::Event { event: Event::Update { old, new }, .. } => {
-                    format!("update {} {}->{}", new.name(), old.resource_version(), new.resource_version())
+                Item::Event {
+                    event: Event::Update { old, new },
+                    ..
+                } => {
+                    format!(
+                        "update {} {}->{}",
+                        new.name(),
+                        old.resource_version(),
+                        new.resource_version()
+                    )
                 }
-                Item::Event { event, .. } => format!("{} {} {}", event.kind(), event.object().name(), event.object().resource_version()),
+                Item::Event { event, .. } => format!(
+                    "{} {} {}",
+                    event.kind(),
+                    event.object().name(),
+                    event.object().resource_version()
+                ),
                 Item::Synced { source } => format!("synced {source}"),
             });
         }
@@ -328,11 +408,20 @@ mod tests {
     #[test]
     fn keeps_every_event_in_order_under_the_limit() {
         let queue = EventQueue::new(100);
-        queue.push(Item::Event { source: 0, event: Event::Add { obj: obj("a", 1), initial: true } });
+        queue.push(Item::Event {
+            source: 0,
+            event: Event::Add {
+                obj: obj("a", 1),
+                initial: true,
+            },
+        });
         queue.push(Item::Synced { source: 0 });
         queue.push(update("a", 1, 2));
         queue.push(update("a", 2, 3));
-        assert_eq!(drain(&queue), ["add a 1", "synced 0", "update a 1->2", "update a 2->3"]);
+        assert_eq!(
+            drain(&queue),
+            ["add a 1", "synced 0", "update a 1->2", "update a 2->3"]
+        );
     }
 
     #[test]
@@ -341,11 +430,32 @@ mod tests {
         queue.push(update("a", 1, 2));
         queue.push(update("b", 1, 2));
         queue.push(update("a", 2, 3)); // merged into the first: first old, last new
-        queue.push(Item::Event { source: 0, event: Event::Delete { obj: obj("a", 3), final_state_unknown: false } });
-        queue.push(Item::Event { source: 0, event: Event::Add { obj: obj("a", 4), initial: false } });
+        queue.push(Item::Event {
+            source: 0,
+            event: Event::Delete {
+                obj: obj("a", 3),
+                final_state_unknown: false,
+            },
+        });
+        queue.push(Item::Event {
+            source: 0,
+            event: Event::Add {
+                obj: obj("a", 4),
+                initial: false,
+            },
+        });
         queue.push(update("a", 4, 5)); // a's latest is an add: not merged
         assert_eq!(queue.coalesced(), 1);
-        assert_eq!(drain(&queue), ["update a 1->3", "update b 1->2", "delete a 3", "add a 4", "update a 4->5"]);
+        assert_eq!(
+            drain(&queue),
+            [
+                "update a 1->3",
+                "update b 1->2",
+                "delete a 3",
+                "add a 4",
+                "update a 4->5"
+            ]
+        );
     }
 
     #[test]
@@ -354,14 +464,24 @@ mod tests {
         queue.push(update("a", 1, 2));
         assert_eq!(queue.resync(0, vec![obj("a", 2), obj("b", 7)]), 1);
         assert_eq!(drain(&queue), ["update a 1->2", "update b 7->7"]);
-        assert_eq!(queue.resync(0, vec![obj("a", 2)]), 1, "once delivered, a resyncs again");
+        assert_eq!(
+            queue.resync(0, vec![obj("a", 2)]),
+            1,
+            "once delivered, a resyncs again"
+        );
     }
 
     #[test]
     fn replay_replaces_one_sources_items_and_keeps_the_others_in_order() {
         let queue = EventQueue::new(100);
         queue.push(update("a", 1, 2));
-        queue.push(Item::Event { source: 1, event: Event::Add { obj: obj("x", 1), initial: false } });
+        queue.push(Item::Event {
+            source: 1,
+            event: Event::Add {
+                obj: obj("x", 1),
+                initial: false,
+            },
+        });
         queue.push(update("b", 1, 2));
         queue.push(Item::Synced { source: 0 });
         assert_eq!(queue.replay(0, vec![obj("a", 3), obj("c", 4)], true), 3);
@@ -383,11 +503,17 @@ mod tests {
         });
         let started = Instant::now();
         queue.sleep(Duration::from_secs(30));
-        assert!(started.elapsed() < Duration::from_secs(10), "the wake did not end the sleep");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the wake did not end the sleep"
+        );
         wake.join().unwrap();
         let started = Instant::now();
         queue.sleep(Duration::from_millis(100));
-        assert!(started.elapsed() >= Duration::from_millis(100), "the wake was taken: the next pause is whole");
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "the wake was taken: the next pause is whole"
+        );
     }
 
     #[test]

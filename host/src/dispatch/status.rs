@@ -38,7 +38,10 @@ pub struct TimedError {
 impl TimedError {
     /// `message`, happened at `at`.
     pub fn new(at: SystemTime, message: impl Into<String>) -> Self {
-        Self { at: rfc3339(at), message: message.into() }
+        Self {
+            at: rfc3339(at),
+            message: message.into(),
+        }
     }
 }
 

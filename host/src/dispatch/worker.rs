@@ -92,16 +92,36 @@ impl PluginWorker {
                 delivery.run()
             })
             .expect("spawn plugin worker thread");
-        Self { name, thread: Some(thread), swap, queue }
+        Self {
+            name,
+            thread: Some(thread),
+            swap,
+            queue,
+        }
     }
 
     /// Hands a started new version to the worker, which swaps it in before the next event and
     /// signals `done` (immediately if idle). The runtime's reload task offers one swap at a time
     /// and awaits it, so the slot is empty here: no pending swap is ever overwritten.
-    pub(crate) fn swap(&self, instance: PluginInstance, mode: SwapMode) -> std::sync::mpsc::Receiver<Option<usize>> {
+    pub(crate) fn swap(
+        &self,
+        instance: PluginInstance,
+        mode: SwapMode,
+    ) -> std::sync::mpsc::Receiver<Option<usize>> {
         let (done, swapped) = std::sync::mpsc::channel();
-        let overwritten = self.swap.lock().expect("swap slot lock poisoned").replace(PendingSwap { instance, mode, done });
-        debug_assert!(overwritten.is_none(), "a swap was offered while another was pending");
+        let overwritten = self
+            .swap
+            .lock()
+            .expect("swap slot lock poisoned")
+            .replace(PendingSwap {
+                instance,
+                mode,
+                done,
+            });
+        debug_assert!(
+            overwritten.is_none(),
+            "a swap was offered while another was pending"
+        );
         self.queue.wake();
         swapped
     }
@@ -152,9 +172,16 @@ impl Delivery {
                     let work = self.metrics.queue.work();
                     let result = self.instance.handle(gvk, &event);
                     drop(work);
-                    self.metrics.handler_call(event.kind(), call_result(&result), started.elapsed());
+                    self.metrics.handler_call(
+                        event.kind(),
+                        call_result(&result),
+                        started.elapsed(),
+                    );
                     let dropped = self.instance.dropped_log_bytes();
-                    self.metrics.log_dropped(dropped.saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)));
+                    self.metrics.log_dropped(
+                        dropped
+                            .saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)),
+                    );
                     let obj = event.object();
                     match &result {
                         Ok(()) => {
@@ -163,11 +190,26 @@ impl Delivery {
                         }
                         Err(error) => {
                             let pause = backoff.failed();
-                            log_failure(gvk, obj.key(), event.kind(), error, backoff.consecutive_failures(), pause);
+                            log_failure(
+                                gvk,
+                                obj.key(),
+                                event.kind(),
+                                error,
+                                backoff.consecutive_failures(),
+                                pause,
+                            );
                             self.queue.sleep(pause);
                         }
                     }
-                    self.status.called(result.err().map(|e| format!("{} {} {}: {}", event.kind(), gvk.kind, obj.key(), error_chain(&e))));
+                    self.status.called(result.err().map(|e| {
+                        format!(
+                            "{} {} {}: {}",
+                            event.kind(),
+                            gvk.kind,
+                            obj.key(),
+                            error_chain(&e)
+                        )
+                    }));
                 }
             }
         }
@@ -179,12 +221,20 @@ impl Delivery {
     /// caller resets the backoff its predecessor's failures built up.
     fn take_swap(&mut self) -> bool {
         let pending = self.swap.lock().expect("swap slot lock poisoned").take();
-        let Some(PendingSwap { instance, mode, done }) = pending else { return false };
+        let Some(PendingSwap {
+            instance,
+            mode,
+            done,
+        }) = pending
+        else {
+            return false;
+        };
         let digest = instance.plugin().digest().to_owned();
         let old = std::mem::replace(&mut self.instance, instance);
         let replayed = (mode == SwapMode::Replay).then(|| self.replay());
         self.status.swapped(&digest);
-        self.metrics.running(&digest, self.instance.plugin().contract());
+        self.metrics
+            .running(&digest, self.instance.plugin().contract());
         self.status.contract(self.instance.plugin().contract());
         self.metrics.swapped(true);
         self.log_dropped_seen = 0;
@@ -216,7 +266,10 @@ impl Delivery {
         }
         if !self.status.is_synced() && self.unsynced.iter().all(|u| !u) {
             self.status.set_synced();
-            tracing::info!(calls = self.status.calls(), "plugin synced: initial list delivered");
+            tracing::info!(
+                calls = self.status.calls(),
+                "plugin synced: initial list delivered"
+            );
         }
     }
 
@@ -232,7 +285,9 @@ impl Delivery {
 fn resync(queue: &EventQueue, sources: &[Source]) {
     for (source, info) in sources.iter().enumerate() {
         let mut queued = 0;
-        info.lister.informer().replay(|objects, _synced| queued = queue.resync(source, objects));
+        info.lister
+            .informer()
+            .replay(|objects, _synced| queued = queue.resync(source, objects));
         tracing::debug!(resource = %info.gvk, queued, "resync queued");
     }
 }
@@ -249,7 +304,14 @@ fn call_result(result: &Result<(), CallError>) -> CallResult {
     }
 }
 
-fn log_failure(gvk: &Gvk, key: &crate::cache::ObjectKey, kind: &str, error: &CallError, failures: u32, pause: Duration) {
+fn log_failure(
+    gvk: &Gvk,
+    key: &crate::cache::ObjectKey,
+    kind: &str,
+    error: &CallError,
+    failures: u32,
+    pause: Duration,
+) {
     let cause = error_chain(error);
     match error.trap_kind() {
         Some(trap) => tracing::error!(
@@ -288,7 +350,9 @@ mod tests {
 
     impl DeltaSink for Gate {
         fn push(&self, delta: Delta) {
-            if matches!(delta, Delta::Update { .. }) && let Some(entered) = self.entered.lock().unwrap().take() {
+            if matches!(delta, Delta::Update { .. })
+                && let Some(entered) = self.entered.lock().unwrap().take()
+            {
                 entered.send(()).unwrap();
                 self.open.lock().unwrap().recv().unwrap();
             }
@@ -299,10 +363,19 @@ mod tests {
         let mut seen = Vec::new();
         while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
             seen.push(match item {
-                Item::Event { event: crate::plugin::Event::Update { old, new }, .. } => {
-                    format!("update {}->{}", old.resource_version(), new.resource_version())
+                Item::Event {
+                    event: crate::plugin::Event::Update { old, new },
+                    ..
+                } => {
+                    format!(
+                        "update {}->{}",
+                        old.resource_version(),
+                        new.resource_version()
+                    )
                 }
-                Item::Event { event, .. } => format!("{} {}", event.kind(), event.object().resource_version()),
+                Item::Event { event, .. } => {
+                    format!("{} {}", event.kind(), event.object().resource_version())
+                }
                 Item::Synced { .. } => "synced".to_owned(),
             });
         }
@@ -315,14 +388,25 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_resync_during_a_fan_out_waits_for_it_and_never_precedes_the_real_change() {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<watcher::Result<Event<Value>>>();
-        let events = futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) }).boxed();
-        let key = InformerKey::new(kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), true);
+        let events =
+            futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) })
+                .boxed();
+        let key = InformerKey::new(
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            true,
+        );
         let informer = Informer::from_stream(key, StoreOptions::default(), events).unwrap();
         let (entered_tx, entered) = channel();
         let (open, open_rx) = channel();
-        let _gate = informer.subscribe(Arc::new(Gate { entered: Mutex::new(Some(entered_tx)), open: Mutex::new(open_rx) }));
+        let _gate = informer.subscribe(Arc::new(Gate {
+            entered: Mutex::new(Some(entered_tx)),
+            open: Mutex::new(open_rx),
+        }));
         let queue = EventQueue::new(100);
-        let _subscription = informer.subscribe(Arc::new(SourceSink { queue: queue.clone(), source: 0 }));
+        let _subscription = informer.subscribe(Arc::new(SourceSink {
+            queue: queue.clone(),
+            source: 0,
+        }));
         for event in [Event::Init, Event::InitApply(pod(1)), Event::InitDone] {
             tx.send(Ok(event)).unwrap();
         }
@@ -331,7 +415,10 @@ mod tests {
 
         tx.send(Ok(Event::Apply(pod(2)))).unwrap();
         entered.recv().unwrap();
-        let sources = vec![Source { gvk: informer.key().gvk(), lister: informer.lister() }];
+        let sources = vec![Source {
+            gvk: informer.key().gvk(),
+            lister: informer.lister(),
+        }];
         let (done_tx, done) = channel();
         let resyncing = {
             let queue = queue.clone();
@@ -346,7 +433,11 @@ mod tests {
         let finished_first = done.recv_timeout(Duration::from_millis(500)).is_ok();
         open.send(()).unwrap();
         resyncing.join().unwrap();
-        assert_eq!(drain(&queue), ["update 1->2"], "the resync finished during the fan-out: {finished_first}");
+        assert_eq!(
+            drain(&queue),
+            ["update 1->2"],
+            "the resync finished during the fan-out: {finished_first}"
+        );
     }
 
     /// Writes formatted log records into a shared buffer.
@@ -368,26 +459,75 @@ mod tests {
     #[tokio::test]
     async fn the_undrained_queue_warning_names_its_plugin() {
         let engine = crate::plugin::PluginEngine::new(None).unwrap();
-        let loaded = crate::plugin::LoadedPlugin::load(&engine, "slow-rec", wasmformer_tests::guests::RECORDER.as_ref()).unwrap();
-        let limits = crate::plugin::Limits { deadline: Duration::from_secs(10), ..Default::default() };
-        let instance = PluginInstance::start(loaded, limits, crate::plugin::Grants::none(), &json!({"sleepMs": 300}), None).unwrap();
-        let key = InformerKey::new(kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), true);
-        let informer = Informer::from_stream(key, StoreOptions::default(), futures::stream::pending().boxed()).unwrap();
-        let sources = vec![Source { gvk: informer.key().gvk(), lister: informer.lister() }];
+        let loaded = crate::plugin::LoadedPlugin::load(
+            &engine,
+            "slow-rec",
+            wasmformer_tests::guests::RECORDER.as_ref(),
+        )
+        .unwrap();
+        let limits = crate::plugin::Limits {
+            deadline: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let instance = PluginInstance::start(
+            loaded,
+            limits,
+            crate::plugin::Grants::none(),
+            &json!({"sleepMs": 300}),
+            None,
+        )
+        .unwrap();
+        let key = InformerKey::new(
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            true,
+        );
+        let informer = Informer::from_stream(
+            key,
+            StoreOptions::default(),
+            futures::stream::pending().boxed(),
+        )
+        .unwrap();
+        let sources = vec![Source {
+            gvk: informer.key().gvk(),
+            lister: informer.lister(),
+        }];
         let queue = EventQueue::new(100);
         for rv in 1..=5 {
             let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
-            queue.push(Item::Event { source: 0, event: crate::plugin::Event::Add { obj, initial: false } });
+            queue.push(Item::Event {
+                source: 0,
+                event: crate::plugin::Event::Add {
+                    obj,
+                    initial: false,
+                },
+            });
         }
-        let worker = PluginWorker::start(instance, queue, sources, Arc::default(), None, None, crate::metrics::Metrics::new().plugin("slow-rec"));
+        let worker = PluginWorker::start(
+            instance,
+            queue,
+            sources,
+            Arc::default(),
+            None,
+            None,
+            crate::metrics::Metrics::new().plugin("slow-rec"),
+        );
 
         // Five 300 ms calls cannot be delivered within 50 ms.
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
         tracing::subscriber::with_default(subscriber, || worker.stop(Duration::from_millis(50)));
         let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        let warning = logged.lines().find(|l| l.contains("plugin queue not drained")).unwrap_or_else(|| panic!("no warning in {logged:?}"));
-        assert!(warning.contains("plugin.id=slow-rec") && warning.contains("queue.dropped="), "{warning}");
+        let warning = logged
+            .lines()
+            .find(|l| l.contains("plugin queue not drained"))
+            .unwrap_or_else(|| panic!("no warning in {logged:?}"));
+        assert!(
+            warning.contains("plugin.id=slow-rec") && warning.contains("queue.dropped="),
+            "{warning}"
+        );
     }
 }

@@ -68,7 +68,9 @@ impl Delta {
     /// The object the delta is about (the new one for an update), if any.
     pub fn object(&self) -> Option<&Arc<CachedObject>> {
         match self {
-            Delta::Add { obj, .. } | Delta::Delete { obj, .. } | Delta::Update { new: obj, .. } => Some(obj),
+            Delta::Add { obj, .. } | Delta::Delete { obj, .. } | Delta::Update { new: obj, .. } => {
+                Some(obj)
+            }
             Delta::Synced => None,
         }
     }
@@ -131,7 +133,12 @@ const MISMATCH_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// Key, uid and resourceVersion of an object's JSON, read without caching it.
 fn identity(value: &Value) -> Option<(ObjectKey, &str, &str)> {
     let metadata = value.get("metadata")?;
-    let text = |field: &str| metadata.get(field).and_then(Value::as_str).unwrap_or_default();
+    let text = |field: &str| {
+        metadata
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
     let key = ObjectKey::new(text("namespace"), text("name"));
     Some((key, text("uid"), text("resourceVersion")))
 }
@@ -190,7 +197,10 @@ impl Reflector {
     pub fn apply(&mut self, event: Event<Value>, emit: &mut impl FnMut(Delta)) -> usize {
         match event {
             Event::Init => {
-                self.relist = Some(Relist { first: !self.synced, ..Relist::default() });
+                self.relist = Some(Relist {
+                    first: !self.synced,
+                    ..Relist::default()
+                });
                 0
             }
             Event::InitApply(value) => self.list_one(value, emit),
@@ -248,14 +258,21 @@ impl Reflector {
 
     /// Whether `value` is of the expected kind; logs one refusal a minute.
     fn of_expected_kind(&mut self, value: &Value) -> bool {
-        let Some((api_version, kind)) = &self.expected else { return true };
+        let Some((api_version, kind)) = &self.expected else {
+            return true;
+        };
         let field = |name: &str| value.get(name).and_then(Value::as_str);
         let matches = |got: Option<&str>, want: &str| got.is_none_or(|got| got == want);
         if matches(field("apiVersion"), api_version) && matches(field("kind"), kind) {
             return true;
         }
-        if self.mismatch_logged.is_none_or(|at| at.elapsed() >= MISMATCH_LOG_INTERVAL) {
-            let key = identity(value).map(|(key, _, _)| key.to_string()).unwrap_or_default();
+        if self
+            .mismatch_logged
+            .is_none_or(|at| at.elapsed() >= MISMATCH_LOG_INTERVAL)
+        {
+            let key = identity(value)
+                .map(|(key, _, _)| key.to_string())
+                .unwrap_or_default();
             tracing::warn!(
                 expected = %format!("{api_version} {kind}"),
                 got = %format!("{} {}", field("apiVersion").unwrap_or("?"), field("kind").unwrap_or("?")),
@@ -282,12 +299,18 @@ impl Reflector {
         let Some((key, uid, rv)) = identity(&value) else {
             return usize::from(self.admit(value).is_none());
         };
-        if self.store.get(&key.namespace, &key.name).is_some_and(|stored| same_version(&stored, uid, rv)) {
+        if self
+            .store
+            .get(&key.namespace, &key.name)
+            .is_some_and(|stored| same_version(&stored, uid, rv))
+        {
             relist.forget(&key);
             relist.unchanged.insert(key);
             return 0;
         }
-        let Some(obj) = self.admit(value) else { return 1 };
+        let Some(obj) = self.admit(value) else {
+            return 1;
+        };
         let relist = self.relist.as_mut().expect("relist checked above");
         relist.unchanged.remove(&key);
         match relist.positions.get(&key) {
@@ -301,22 +324,37 @@ impl Reflector {
     }
 
     fn finish_list(&mut self, emit: &mut impl FnMut(Delta)) {
-        let Some(relist) = self.relist.take() else { return };
-        let Relist { first, unchanged, changed, positions } = relist;
+        let Some(relist) = self.relist.take() else {
+            return;
+        };
+        let Relist {
+            first,
+            unchanged,
+            changed,
+            positions,
+        } = relist;
         // Tombstones first: what the store has but the list does not (or has under a new uid).
         for stored in self.store.snapshot() {
             let key = stored.key();
             let kept = unchanged.contains(key)
-                || positions.get(key).is_some_and(|&i| changed[i].uid() == stored.uid());
+                || positions
+                    .get(key)
+                    .is_some_and(|&i| changed[i].uid() == stored.uid());
             if !kept && let Some(obj) = self.store.remove(key) {
-                emit(Delta::Delete { obj, final_state_unknown: true });
+                emit(Delta::Delete {
+                    obj,
+                    final_state_unknown: true,
+                });
             }
         }
         drop((unchanged, positions));
         for obj in changed {
             match self.store.upsert(obj.clone()) {
                 Some(old) => emit(Delta::Update { old, new: obj }),
-                None => emit(Delta::Add { obj, initial: first }),
+                None => emit(Delta::Add {
+                    obj,
+                    initial: first,
+                }),
             }
         }
         if !self.synced {
@@ -330,16 +368,30 @@ impl Reflector {
             return 1;
         }
         if let Some((key, uid, rv)) = identity(&value)
-            && self.store.get(&key.namespace, &key.name).is_some_and(|stored| same_version(&stored, uid, rv))
+            && self
+                .store
+                .get(&key.namespace, &key.name)
+                .is_some_and(|stored| same_version(&stored, uid, rv))
         {
             return 0;
         }
-        let Some(obj) = self.admit(value) else { return 1 };
+        let Some(obj) = self.admit(value) else {
+            return 1;
+        };
         match self.store.upsert(obj.clone()) {
-            None => emit(Delta::Add { obj, initial: false }),
+            None => emit(Delta::Add {
+                obj,
+                initial: false,
+            }),
             Some(old) if old.uid() != obj.uid() => {
-                emit(Delta::Delete { obj: old, final_state_unknown: true });
-                emit(Delta::Add { obj, initial: false });
+                emit(Delta::Delete {
+                    obj: old,
+                    final_state_unknown: true,
+                });
+                emit(Delta::Add {
+                    obj,
+                    initial: false,
+                });
             }
             Some(old) => emit(Delta::Update { old, new: obj }),
         }
@@ -364,7 +416,10 @@ impl Reflector {
         };
         // The event carries the final state; fall back to the last known one if it is unusable.
         let obj = self.admit(value).unwrap_or(stored);
-        emit(Delta::Delete { obj, final_state_unknown: false });
+        emit(Delta::Delete {
+            obj,
+            final_state_unknown: false,
+        });
         0
     }
 }

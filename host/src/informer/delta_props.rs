@@ -38,7 +38,11 @@ enum Step {
     /// The server sends the last event again (a re-watch from an older resourceVersion).
     Repeat,
     /// The watch expired (410): `missed` happened unseen, then a relist, maybe interrupted once.
-    Relist { missed: Vec<Change>, interrupted: bool, reversed: bool },
+    Relist {
+        missed: Vec<Change>,
+        interrupted: bool,
+        reversed: bool,
+    },
 }
 
 fn change() -> impl Strategy<Value = Change> {
@@ -108,8 +112,11 @@ impl Server {
     }
 
     fn list(&self, reversed: bool) -> Vec<Event<Value>> {
-        let mut items: Vec<Event<Value>> =
-            self.objects.iter().map(|(name, (uid, rv))| Event::InitApply(pod(name, *uid, *rv))).collect();
+        let mut items: Vec<Event<Value>> = self
+            .objects
+            .iter()
+            .map(|(name, (uid, rv))| Event::InitApply(pod(name, *uid, *rv)))
+            .collect();
         if reversed {
             items.reverse();
         }
@@ -130,26 +137,45 @@ impl Handler {
         let id = |obj: &CachedObject| (obj.uid().to_owned(), obj.resource_version().to_owned());
         match delta {
             Delta::Add { obj, .. } => {
-                if self.objects.insert(obj.name().to_owned(), id(&obj)).is_some() {
+                if self
+                    .objects
+                    .insert(obj.name().to_owned(), id(&obj))
+                    .is_some()
+                {
                     return Err(format!("add of {}, which the handler holds", obj.name()));
                 }
             }
             Delta::Update { old, new } => {
                 if old.resource_version() == new.resource_version() {
-                    return Err(format!("update of {} with an unchanged resourceVersion", new.name()));
+                    return Err(format!(
+                        "update of {} with an unchanged resourceVersion",
+                        new.name()
+                    ));
                 }
                 if old.uid() != new.uid() {
                     return Err(format!("update of {} across uids", new.name()));
                 }
                 if self.objects.get(new.name()) != Some(&id(&old)) {
-                    return Err(format!("update of {} from {:?}, handler holds {:?}", new.name(), id(&old), self.objects.get(new.name())));
+                    return Err(format!(
+                        "update of {} from {:?}, handler holds {:?}",
+                        new.name(),
+                        id(&old),
+                        self.objects.get(new.name())
+                    ));
                 }
                 self.objects.insert(new.name().to_owned(), id(&new));
             }
-            Delta::Delete { obj, final_state_unknown } => {
+            Delta::Delete {
+                obj,
+                final_state_unknown,
+            } => {
                 let held = self.objects.remove(obj.name());
                 if held.as_ref().map(|(uid, _)| uid) != Some(&obj.uid().to_owned()) {
-                    return Err(format!("delete of {} {:?}, handler holds {held:?}", obj.name(), id(&obj)));
+                    return Err(format!(
+                        "delete of {} {:?}, handler holds {held:?}",
+                        obj.name(),
+                        id(&obj)
+                    ));
                 }
                 if final_state_unknown {
                     self.tombstones.insert(obj.name().to_owned());
@@ -166,7 +192,10 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let mut reflector = Reflector::new(store.clone()).expecting("v1", "Pod");
     let mut server = Server::default();
     let mut handler = Handler::default();
-    let feed = |reflector: &mut Reflector, handler: &mut Handler, events: Vec<Event<Value>>| -> Result<(), TestCaseError> {
+    let feed = |reflector: &mut Reflector,
+                handler: &mut Handler,
+                events: Vec<Event<Value>>|
+     -> Result<(), TestCaseError> {
         for event in events {
             let mut deltas = Vec::new();
             prop_assert_eq!(reflector.apply(event, &mut |d| deltas.push(d)), 0);
@@ -198,8 +227,16 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                     feed(&mut reflector, &mut handler, vec![event])?;
                 }
             }
-            Step::Relist { missed, interrupted, reversed } => {
-                let before: BTreeMap<String, String> = handler.objects.iter().map(|(n, (uid, _))| (n.clone(), uid.clone())).collect();
+            Step::Relist {
+                missed,
+                interrupted,
+                reversed,
+            } => {
+                let before: BTreeMap<String, String> = handler
+                    .objects
+                    .iter()
+                    .map(|(n, (uid, _))| (n.clone(), uid.clone()))
+                    .collect();
                 for change in &missed {
                     server.apply(change);
                 }
@@ -217,20 +254,42 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 feed(&mut reflector, &mut handler, events)?;
                 let vanished: BTreeSet<String> = before
                     .iter()
-                    .filter(|(name, uid)| server.objects.get(*name).is_none_or(|(now, _)| &format!("u{now}") != *uid))
+                    .filter(|(name, uid)| {
+                        server
+                            .objects
+                            .get(*name)
+                            .is_none_or(|(now, _)| &format!("u{now}") != *uid)
+                    })
                     .map(|(name, _)| name.clone())
                     .collect();
-                prop_assert_eq!(&handler.tombstones, &vanished, "tombstones after missing {:?}", missed);
+                prop_assert_eq!(
+                    &handler.tombstones,
+                    &vanished,
+                    "tombstones after missing {:?}",
+                    missed
+                );
             }
         }
     }
-    let expected: BTreeMap<String, (String, String)> =
-        server.objects.iter().map(|(name, (uid, rv))| (name.clone(), (format!("u{uid}"), rv.to_string()))).collect();
-    prop_assert_eq!(&handler.objects, &expected, "the handler's view is the server's");
+    let expected: BTreeMap<String, (String, String)> = server
+        .objects
+        .iter()
+        .map(|(name, (uid, rv))| (name.clone(), (format!("u{uid}"), rv.to_string())))
+        .collect();
+    prop_assert_eq!(
+        &handler.objects,
+        &expected,
+        "the handler's view is the server's"
+    );
     let stored: BTreeMap<String, (String, String)> = store
         .snapshot()
         .iter()
-        .map(|o| (o.name().to_owned(), (o.uid().to_owned(), o.resource_version().to_owned())))
+        .map(|o| {
+            (
+                o.name().to_owned(),
+                (o.uid().to_owned(), o.resource_version().to_owned()),
+            )
+        })
         .collect();
     prop_assert_eq!(&stored, &expected, "the store is the server's");
     Ok(())

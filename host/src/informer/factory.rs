@@ -15,7 +15,10 @@ use kube::Client;
 
 use super::informer::Source;
 use super::watch::{ApiSource, StreamingSupport};
-use super::{DeltaSink, Informer, InformerKey, InformerStatus, Lister, Result, StoreOptions, Subscription, WatchSettings};
+use super::{
+    DeltaSink, Informer, InformerKey, InformerStatus, Lister, Result, StoreOptions, Subscription,
+    WatchSettings,
+};
 
 struct Inner {
     client: Client,
@@ -28,7 +31,9 @@ struct Inner {
 impl Inner {
     /// Never drop an `Arc<Informer>` while holding this: its `Drop` takes the lock.
     fn lock(&self) -> MutexGuard<'_, HashMap<InformerKey, Weak<Informer>>> {
-        self.informers.lock().expect("informer factory lock poisoned")
+        self.informers
+            .lock()
+            .expect("informer factory lock poisoned")
     }
 }
 
@@ -40,7 +45,9 @@ pub struct InformerFactory {
 
 impl std::fmt::Debug for InformerFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InformerFactory").field("settings", &self.inner.settings).finish_non_exhaustive()
+        f.debug_struct("InformerFactory")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,7 +62,9 @@ impl InformerFactory {
             streaming: Arc::default(),
             informers: Mutex::default(),
         };
-        Self { inner: Arc::new(inner) }
+        Self {
+            inner: Arc::new(inner),
+        }
     }
 
     /// The running informer for `key`, started if none runs, with `options` merged into its store
@@ -68,20 +77,33 @@ impl InformerFactory {
             informer.ensure_options(options)?;
             return Ok(informer);
         }
-        let source = ApiSource::new(self.inner.client.clone(), key.clone(), self.inner.settings.clone(), self.inner.streaming.clone());
+        let source = ApiSource::new(
+            self.inner.client.clone(),
+            key.clone(),
+            self.inner.settings.clone(),
+            self.inner.streaming.clone(),
+        );
         let factory = Arc::downgrade(&self.inner);
         let dropped_key = key.clone();
         let on_drop = Box::new(move || {
             if let Some(factory) = factory.upgrade() {
                 let mut informers = factory.lock();
                 // A new informer for the key may already have replaced this one.
-                if informers.get(&dropped_key).is_some_and(|weak| weak.strong_count() == 0) {
+                if informers
+                    .get(&dropped_key)
+                    .is_some_and(|weak| weak.strong_count() == 0)
+                {
                     informers.remove(&dropped_key);
                 }
             }
         });
-        let informer =
-            Informer::spawn(key.clone(), options.clone(), Source::Api(Box::new(source)), &self.inner.runtime, Some(on_drop))?;
+        let informer = Informer::spawn(
+            key.clone(),
+            options.clone(),
+            Source::Api(Box::new(source)),
+            &self.inner.runtime,
+            Some(on_drop),
+        )?;
         informers.insert(key, Arc::downgrade(&informer));
         tracing::info!(informer.resource = %informer.key().resource_name(), informer.namespace = %informer.key().namespace_label(), "informer started");
         Ok(informer)
@@ -89,7 +111,12 @@ impl InformerFactory {
 
     /// Subscribes `sink` to the informer for `key` (started if needed); see
     /// [`Informer::subscribe`].
-    pub fn subscribe(&self, key: InformerKey, options: &StoreOptions, sink: Arc<dyn DeltaSink>) -> Result<Subscription> {
+    pub fn subscribe(
+        &self,
+        key: InformerKey,
+        options: &StoreOptions,
+        sink: Arc<dyn DeltaSink>,
+    ) -> Result<Subscription> {
         Ok(self.informer(key, options)?.subscribe(sink))
     }
 
@@ -111,8 +138,16 @@ impl InformerFactory {
 
     /// Every running informer and its status, ordered by key text.
     pub fn statuses(&self) -> Vec<(InformerKey, InformerStatus)> {
-        let running: Vec<Arc<Informer>> = self.inner.lock().values().filter_map(Weak::upgrade).collect();
-        let mut statuses: Vec<_> = running.iter().map(|i| (i.key().clone(), i.status())).collect();
+        let running: Vec<Arc<Informer>> = self
+            .inner
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut statuses: Vec<_> = running
+            .iter()
+            .map(|i| (i.key().clone(), i.status()))
+            .collect();
         drop(running);
         statuses.sort_by_cached_key(|(key, _)| key.to_string());
         statuses

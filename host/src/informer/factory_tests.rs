@@ -11,8 +11,8 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use wasmformer_devcluster::{
-    Deletion, DevCluster, DevClusterConfig, Failure, ObjectKey, Part, Preconditions, RequestFilter, RequestRecord, ResourceId,
-    Verb,
+    Deletion, DevCluster, DevClusterConfig, Failure, ObjectKey, Part, Preconditions, RequestFilter,
+    RequestRecord, ResourceId, Verb,
 };
 
 use super::*;
@@ -34,16 +34,23 @@ fn configmaps() -> ApiResource {
 }
 
 fn settings(list_strategy: ListStrategy) -> WatchSettings {
-    WatchSettings { list_strategy, ..WatchSettings::default() }
+    WatchSettings {
+        list_strategy,
+        ..WatchSettings::default()
+    }
 }
 
 /// `future`, or a failure naming `what` after [`WAIT`].
 async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(WAIT, future).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    tokio::time::timeout(WAIT, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 async fn dev_cluster() -> DevCluster {
-    DevCluster::start(DevClusterConfig::default()).await.unwrap()
+    DevCluster::start(DevClusterConfig::default())
+        .await
+        .unwrap()
 }
 
 fn pod_key(name: &str) -> ObjectKey {
@@ -51,7 +58,10 @@ fn pod_key(name: &str) -> ObjectKey {
 }
 
 fn rv(object: &Value) -> String {
-    object["metadata"]["resourceVersion"].as_str().unwrap().to_owned()
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// Creates pod `name` in `default`, labelled `app`, on `node`; returns its resourceVersion.
@@ -59,18 +69,27 @@ fn create_pod(dev: &DevCluster, name: &str, app: &str, node: &str) -> String {
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}});
-    rv(&dev.store().create(&ResourceId::core("pods"), Some("default"), pod).unwrap())
+    rv(&dev
+        .store()
+        .create(&ResourceId::core("pods"), Some("default"), pod)
+        .unwrap())
 }
 
 /// Annotates pod `name`; returns its new resourceVersion.
 fn touch_pod(dev: &DevCluster, name: &str) -> String {
-    let touched = dev.store().modify(&pod_key(name), Part::Main, |pod| pod["metadata"]["annotations"] = json!({"touched": "yes"}));
+    let touched = dev.store().modify(&pod_key(name), Part::Main, |pod| {
+        pod["metadata"]["annotations"] = json!({"touched": "yes"})
+    });
     rv(&touched.unwrap())
 }
 
 /// Deletes pod `name`; returns the resourceVersion of its deletion.
 fn delete_pod(dev: &DevCluster, name: &str) -> String {
-    match dev.store().delete(&pod_key(name), &Preconditions::default()).unwrap() {
+    match dev
+        .store()
+        .delete(&pod_key(name), &Preconditions::default())
+        .unwrap()
+    {
         Deletion::Deleted(pod) => rv(&pod),
         Deletion::Finalizing(_) => panic!("{name} has finalizers"),
     }
@@ -78,12 +97,19 @@ fn delete_pod(dev: &DevCluster, name: &str) -> String {
 
 /// The requests `verb` on pods so far.
 fn pod_requests(dev: &DevCluster, verb: Verb) -> Vec<RequestRecord> {
-    dev.request_log().records().into_iter().filter(|r| r.is(verb, "pods")).collect()
+    dev.request_log()
+        .records()
+        .into_iter()
+        .filter(|r| r.is(verb, "pods"))
+        .collect()
 }
 
 /// The pod requests that asked for a streaming list.
 fn streaming_requests(dev: &DevCluster) -> Vec<RequestRecord> {
-    pod_requests(dev, Verb::Watch).into_iter().filter(|r| r.param("sendInitialEvents") == Some("true")).collect()
+    pod_requests(dev, Verb::Watch)
+        .into_iter()
+        .filter(|r| r.param("sendInitialEvents") == Some("true"))
+        .collect()
 }
 
 /// Records deltas as `add a@1`, `update c@15`, `delete b@10 unknown`, `synced`.
@@ -96,7 +122,10 @@ struct Recorder {
 impl DeltaSink for Recorder {
     fn push(&self, delta: Delta) {
         let line = match &delta {
-            Delta::Delete { obj, final_state_unknown: true } => format!("delete {}@{} unknown", obj.name(), obj.resource_version()),
+            Delta::Delete {
+                obj,
+                final_state_unknown: true,
+            } => format!("delete {}@{} unknown", obj.name(), obj.resource_version()),
             d => match d.object() {
                 Some(obj) => format!("{} {}@{}", d.kind(), obj.name(), obj.resource_version()),
                 None => d.kind().to_owned(),
@@ -128,17 +157,29 @@ async fn equal_keys_share_one_informer_until_the_last_handle_goes() {
     let dev = dev_cluster().await;
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let key = InformerKey::new(pods(), true).namespace("default");
-    let a = factory.informer(key.clone(), &StoreOptions::default()).unwrap();
-    let b = factory.informer(key.clone().labels(" "), &StoreOptions::default()).unwrap();
-    assert!(Arc::ptr_eq(&a, &b), "an empty selector is no selector: same key");
-    let other = factory.informer(key.clone().namespace("prod"), &StoreOptions::default()).unwrap();
+    let a = factory
+        .informer(key.clone(), &StoreOptions::default())
+        .unwrap();
+    let b = factory
+        .informer(key.clone().labels(" "), &StoreOptions::default())
+        .unwrap();
+    assert!(
+        Arc::ptr_eq(&a, &b),
+        "an empty selector is no selector: same key"
+    );
+    let other = factory
+        .informer(key.clone().namespace("prod"), &StoreOptions::default())
+        .unwrap();
     assert!(!Arc::ptr_eq(&a, &other));
     assert_eq!(factory.statuses().len(), 2);
 
     let lister = factory.store(&key).unwrap();
     let subscription = a.subscribe(Arc::new(Recorder::default()));
     drop((a, b));
-    assert!(factory.get(&key).is_some(), "the subscription and the lister keep it running");
+    assert!(
+        factory.get(&key).is_some(),
+        "the subscription and the lister keep it running"
+    );
     drop(subscription);
     assert!(factory.get(&key).is_some(), "the lister keeps it running");
     let store = Arc::downgrade(&lister.store());
@@ -161,15 +202,35 @@ async fn store_options_of_every_user_are_merged() {
     let dev = dev_cluster().await;
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let key = InformerKey::new(pods(), true);
-    let index = |name: &str, path: &str| IndexSpec { name: name.into(), path: path.parse().unwrap() };
-    let first = StoreOptions { indexes: vec![index("by-node", "spec.nodeName")], ..StoreOptions::default() };
-    let second = StoreOptions { indexes: vec![index("by-owner", "metadata.ownerReferences[*].uid")], ..StoreOptions::default() };
+    let index = |name: &str, path: &str| IndexSpec {
+        name: name.into(),
+        path: path.parse().unwrap(),
+    };
+    let first = StoreOptions {
+        indexes: vec![index("by-node", "spec.nodeName")],
+        ..StoreOptions::default()
+    };
+    let second = StoreOptions {
+        indexes: vec![index("by-owner", "metadata.ownerReferences[*].uid")],
+        ..StoreOptions::default()
+    };
     let lister = factory.lister(key.clone(), &first).unwrap();
     let _informer = factory.informer(key.clone(), &second).unwrap();
-    let names: Vec<_> = lister.store().indexes().iter().map(|i| i.name.clone()).collect();
+    let names: Vec<_> = lister
+        .store()
+        .indexes()
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
     assert_eq!(names, ["by-node", "by-owner"]);
-    let clash = StoreOptions { indexes: vec![index("by-node", "status.hostIP")], ..StoreOptions::default() };
-    assert!(matches!(factory.informer(key, &clash), Err(Error::IndexConflict { .. })));
+    let clash = StoreOptions {
+        indexes: vec![index("by-node", "status.hostIP")],
+        ..StoreOptions::default()
+    };
+    assert!(matches!(
+        factory.informer(key, &clash),
+        Err(Error::IndexConflict { .. })
+    ));
 }
 
 #[tokio::test]
@@ -181,9 +242,14 @@ async fn syncs_then_delivers_live_changes_with_selectors_pushed_down() {
     create_pod(&dev, "y", "web", "n2");
     let listed_at = dev.store().resource_version().to_string();
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
-    let key = InformerKey::new(pods(), true).namespace("default").labels("app=web").fields("spec.nodeName=n1");
+    let key = InformerKey::new(pods(), true)
+        .namespace("default")
+        .labels("app=web")
+        .fields("spec.nodeName=n1");
     let recorder = Arc::new(Recorder::default());
-    let subscription = factory.subscribe(key.clone(), &StoreOptions::default(), recorder.clone()).unwrap();
+    let subscription = factory
+        .subscribe(key.clone(), &StoreOptions::default(), recorder.clone())
+        .unwrap();
     recorder.wait_for("synced").await;
 
     let a_touched = touch_pod(&dev, "a");
@@ -192,26 +258,59 @@ async fn syncs_then_delivers_live_changes_with_selectors_pushed_down() {
     let c = create_pod(&dev, "c", "web", "n1");
     let b_deleted = delete_pod(&dev, "b");
     let lines = recorder.wait_for(&format!("delete b@{b_deleted}")).await;
-    let expected =
-        [format!("add a@{a}"), format!("add b@{b}"), "synced".into(), format!("update a@{a_touched}"), format!("add c@{c}"), format!("delete b@{b_deleted}")];
-    assert_eq!(lines, expected, "x and y never reach the informer: the server filtered them");
+    let expected = [
+        format!("add a@{a}"),
+        format!("add b@{b}"),
+        "synced".into(),
+        format!("update a@{a_touched}"),
+        format!("add c@{c}"),
+        format!("delete b@{b_deleted}"),
+    ];
+    assert_eq!(
+        lines, expected,
+        "x and y never reach the informer: the server filtered them"
+    );
     let informer = subscription.informer();
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
-    assert_eq!(informer.store().get("default", "a").unwrap().resource_version(), a_touched);
+    assert_eq!(
+        informer
+            .store()
+            .get("default", "a")
+            .unwrap()
+            .resource_version(),
+        a_touched
+    );
 
     let lists = pod_requests(&dev, Verb::List);
     assert_eq!(lists.len(), 1, "{lists:?}");
     assert_eq!(lists[0].path, "/api/v1/namespaces/default/pods");
-    for (param, value) in [("labelSelector", "app=web"), ("fieldSelector", "spec.nodeName=n1"), ("limit", "500")] {
-        assert_eq!(lists[0].param(param), Some(value), "{param} in {:?}", lists[0]);
+    for (param, value) in [
+        ("labelSelector", "app=web"),
+        ("fieldSelector", "spec.nodeName=n1"),
+        ("limit", "500"),
+    ] {
+        assert_eq!(
+            lists[0].param(param),
+            Some(value),
+            "{param} in {:?}",
+            lists[0]
+        );
     }
     let watches = pod_requests(&dev, Verb::Watch);
     assert_eq!(watches.len(), 1, "{watches:?}");
     assert_eq!(watches[0].path, "/api/v1/namespaces/default/pods");
-    for (param, value) in
-        [("labelSelector", "app=web"), ("fieldSelector", "spec.nodeName=n1"), ("allowWatchBookmarks", "true"), ("resourceVersion", &listed_at)]
-    {
-        assert_eq!(watches[0].param(param), Some(value), "{param} in {:?}", watches[0]);
+    for (param, value) in [
+        ("labelSelector", "app=web"),
+        ("fieldSelector", "spec.nodeName=n1"),
+        ("allowWatchBookmarks", "true"),
+        ("resourceVersion", &listed_at),
+    ] {
+        assert_eq!(
+            watches[0].param(param),
+            Some(value),
+            "{param} in {:?}",
+            watches[0]
+        );
     }
 }
 
@@ -223,7 +322,10 @@ fn initial_requests(dev: &DevCluster, strategy: ListStrategy) -> usize {
     match strategy {
         ListStrategy::List => pod_requests(dev, Verb::List).len(),
         _ => {
-            assert!(pod_requests(dev, Verb::List).is_empty(), "a streaming list needs no LIST");
+            assert!(
+                pod_requests(dev, Verb::List).is_empty(),
+                "a streaming list needs no LIST"
+            );
             streaming_requests(dev).len()
         }
     }
@@ -236,7 +338,13 @@ async fn a_closed_watch_resumes_from_its_resource_version_without_relisting() {
         let a = create_pod(&dev, "a", "web", "n1");
         let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
         let recorder = Arc::new(Recorder::default());
-        let _sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        let _sub = factory
+            .subscribe(
+                InformerKey::new(pods(), true),
+                &StoreOptions::default(),
+                recorder.clone(),
+            )
+            .unwrap();
         recorder.wait_for("synced").await;
         let c = create_pod(&dev, "c", "web", "n1");
         recorder.wait_for(&format!("add c@{c}")).await;
@@ -244,15 +352,40 @@ async fn a_closed_watch_resumes_from_its_resource_version_without_relisting() {
         let log = dev.request_log();
         let closed_at = log.last_seq();
         dev.faults().close_watches(); // a clean end of the stream, as at a watch timeout
-        let rewatch = bounded("the re-watch", log.wait_for(closed_at, |r| r.is(Verb::Watch, "pods"))).await;
+        let rewatch = bounded(
+            "the re-watch",
+            log.wait_for(closed_at, |r| r.is(Verb::Watch, "pods")),
+        )
+        .await;
         let d = create_pod(&dev, "d", "web", "n1");
         let lines = recorder.wait_for(&format!("add d@{d}")).await;
 
-        assert_eq!(lines, [format!("add a@{a}"), "synced".into(), format!("add c@{c}"), format!("add d@{d}")], "{strategy:?}");
-        assert_eq!(rewatch.param("resourceVersion"), Some(c.as_str()), "{strategy:?}: resumed after the last event seen: {rewatch:?}");
-        assert_eq!(rewatch.param("sendInitialEvents"), None, "{strategy:?}: a resumption, not a new streaming list");
+        assert_eq!(
+            lines,
+            [
+                format!("add a@{a}"),
+                "synced".into(),
+                format!("add c@{c}"),
+                format!("add d@{d}")
+            ],
+            "{strategy:?}"
+        );
+        assert_eq!(
+            rewatch.param("resourceVersion"),
+            Some(c.as_str()),
+            "{strategy:?}: resumed after the last event seen: {rewatch:?}"
+        );
+        assert_eq!(
+            rewatch.param("sendInitialEvents"),
+            None,
+            "{strategy:?}: a resumption, not a new streaming list"
+        );
         assert_eq!(pod_requests(&dev, Verb::Watch).len(), 2, "{strategy:?}");
-        assert_eq!(initial_requests(&dev, strategy), 1, "{strategy:?}: no relist");
+        assert_eq!(
+            initial_requests(&dev, strategy),
+            1,
+            "{strategy:?}: no relist"
+        );
     }
 }
 
@@ -263,7 +396,13 @@ async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
         let [a, b, c] = ["a", "b", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
         let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
         let recorder = Arc::new(Recorder::default());
-        let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        let subscription = factory
+            .subscribe(
+                InformerKey::new(pods(), true),
+                &StoreOptions::default(),
+                recorder.clone(),
+            )
+            .unwrap();
         recorder.wait_for("synced").await;
 
         // The informer misses b's deletion, c's change and d's creation, and the history that
@@ -290,10 +429,29 @@ async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
         assert_eq!(lines, expected, "{strategy:?}");
         assert_eq!(initial_requests(&dev, strategy), 2, "{strategy:?}");
         let status = subscription.informer().status();
-        assert_eq!((status.relists, status.errors, status.objects), (1, 1, 3), "{strategy:?}");
-        assert_eq!((status.lists, status.relists_expired), (2, 1), "{strategy:?}: the relist is counted as a 410's");
-        assert_eq!(status.deltas, crate::informer::DeltaCounts { added: 4, updated: 1, deleted: 1 }, "{strategy:?}");
-        assert!(status.last_error.unwrap().message.contains("410 Gone"), "{strategy:?}");
+        assert_eq!(
+            (status.relists, status.errors, status.objects),
+            (1, 1, 3),
+            "{strategy:?}"
+        );
+        assert_eq!(
+            (status.lists, status.relists_expired),
+            (2, 1),
+            "{strategy:?}: the relist is counted as a 410's"
+        );
+        assert_eq!(
+            status.deltas,
+            crate::informer::DeltaCounts {
+                added: 4,
+                updated: 1,
+                deleted: 1
+            },
+            "{strategy:?}"
+        );
+        assert!(
+            status.last_error.unwrap().message.contains("410 Gone"),
+            "{strategy:?}"
+        );
     }
 }
 
@@ -305,25 +463,51 @@ async fn a_persistent_403_backs_off_exponentially_and_other_informers_keep_worki
     // or more in 8 s); no backoff at all, hundreds.
     const WINDOW: Duration = Duration::from_secs(8);
     let dev = dev_cluster().await;
-    dev.faults().fail_next_matching(RequestFilter::default().resource("pods"), u32::MAX, Failure::Forbidden { user: USER });
+    dev.faults().fail_next_matching(
+        RequestFilter::default().resource("pods"),
+        u32::MAX,
+        Failure::Forbidden { user: USER },
+    );
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
     let started = Instant::now();
-    let pods_informer = factory.informer(InformerKey::new(pods(), true).namespace("prod"), &StoreOptions::default()).unwrap();
-    let configmaps_informer = factory.informer(InformerKey::new(configmaps(), true), &StoreOptions::default()).unwrap();
-    bounded("the configmaps informer to sync", configmaps_informer.wait_synced()).await;
+    let pods_informer = factory
+        .informer(
+            InformerKey::new(pods(), true).namespace("prod"),
+            &StoreOptions::default(),
+        )
+        .unwrap();
+    let configmaps_informer = factory
+        .informer(
+            InformerKey::new(configmaps(), true),
+            &StoreOptions::default(),
+        )
+        .unwrap();
+    bounded(
+        "the configmaps informer to sync",
+        configmaps_informer.wait_synced(),
+    )
+    .await;
 
     tokio::time::sleep_until(started + WINDOW).await; // watching the retries, not waiting for one
     let attempts = pod_requests(&dev, Verb::List).len();
     let status = pods_informer.status();
-    assert!((3..=4).contains(&attempts), "{attempts} LIST attempts in {WINDOW:?}");
+    assert!(
+        (3..=4).contains(&attempts),
+        "{attempts} LIST attempts in {WINDOW:?}"
+    );
     assert!(pod_requests(&dev, Verb::Watch).is_empty());
     assert!(!status.synced);
     // The answer to the latest attempt may still be on its way.
     let errors = status.errors as usize;
-    assert!(errors == attempts || errors + 1 == attempts, "{errors} errors for {attempts} attempts");
+    assert!(
+        errors == attempts || errors + 1 == attempts,
+        "{errors} errors for {attempts} attempts"
+    );
     assert_eq!(
         status.last_error.unwrap().message,
-        format!("forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to {USER}")
+        format!(
+            "forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to {USER}"
+        )
     );
     assert!(configmaps_informer.status().errors == 0 && configmaps_informer.has_synced());
 }
@@ -336,16 +520,41 @@ async fn a_server_at_1_34_or_later_gets_a_streaming_list() {
     create_pod(&dev, "z", "db", "n1");
     let client = dev.client().unwrap();
     let version = client.apiserver_version().await.unwrap();
-    assert_eq!((version.major.as_str(), version.minor.as_str()), ("1", "37"), "the dev cluster reports 1.37 (1.34 or later streams lists)");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "37"),
+        "the dev cluster reports 1.37 (1.34 or later streams lists)"
+    );
     let factory = InformerFactory::new(client, settings(ListStrategy::Auto));
-    let informer = factory.informer(InformerKey::new(pods(), true).labels("app=web"), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(
+            InformerKey::new(pods(), true).labels("app=web"),
+            &StoreOptions::default(),
+        )
+        .unwrap();
     bounded("the streaming list", informer.wait_synced()).await;
-    assert_eq!(informer.store().len(), 2, "the selector went to the server: z is not listed");
-    assert_eq!(informer.status().list_strategy, Some(ListStrategy::Streaming));
+    assert_eq!(
+        informer.store().len(),
+        2,
+        "the selector went to the server: z is not listed"
+    );
+    assert_eq!(
+        informer.status().list_strategy,
+        Some(ListStrategy::Streaming)
+    );
     let streaming = streaming_requests(&dev);
     assert_eq!(streaming.len(), 1);
-    assert_eq!(streaming[0].param("labelSelector"), Some("app=web"), "{:?}", streaming[0]);
-    assert!(pod_requests(&dev, Verb::List).is_empty(), "{:?}", dev.request_log().records());
+    assert_eq!(
+        streaming[0].param("labelSelector"),
+        Some("app=web"),
+        "{:?}",
+        streaming[0]
+    );
+    assert!(
+        pod_requests(&dev, Verb::List).is_empty(),
+        "{:?}",
+        dev.request_log().records()
+    );
 }
 
 #[tokio::test]
@@ -357,17 +566,32 @@ async fn a_refused_streaming_list_falls_back_to_list_for_the_whole_factory() {
         field: "sendInitialEvents",
         detail: "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
     };
-    let streaming = RequestFilter::default().verb(Verb::Watch).param("sendInitialEvents", "true");
-    dev.faults().fail_next_matching(streaming, u32::MAX, refusal);
+    let streaming = RequestFilter::default()
+        .verb(Verb::Watch)
+        .param("sendInitialEvents", "true");
+    dev.faults()
+        .fail_next_matching(streaming, u32::MAX, refusal);
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::Auto));
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(InformerKey::new(pods(), true), &StoreOptions::default())
+        .unwrap();
     bounded("the fallback LIST", informer.wait_synced()).await;
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
     assert_eq!(informer.store().len(), 1);
-    let other = factory.informer(InformerKey::new(pods(), true).namespace("default"), &StoreOptions::default()).unwrap();
+    let other = factory
+        .informer(
+            InformerKey::new(pods(), true).namespace("default"),
+            &StoreOptions::default(),
+        )
+        .unwrap();
     bounded("the second informer", other.wait_synced()).await;
     assert_eq!(other.status().list_strategy, Some(ListStrategy::List));
-    assert_eq!(streaming_requests(&dev).len(), 1, "{:?}", dev.request_log().records());
+    assert_eq!(
+        streaming_requests(&dev).len(),
+        1,
+        "{:?}",
+        dev.request_log().records()
+    );
     assert_eq!(pod_requests(&dev, Verb::List).len(), 2);
 }
 
@@ -376,7 +600,9 @@ async fn an_older_server_gets_list_and_watch() {
     let dev = dev_cluster().await;
     dev.faults().report_version("1", "31");
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::Auto));
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(InformerKey::new(pods(), true), &StoreOptions::default())
+        .unwrap();
     bounded("the LIST", informer.wait_synced()).await;
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
     assert!(streaming_requests(&dev).is_empty());
@@ -390,14 +616,29 @@ async fn a_server_ignoring_send_initial_events_falls_back_after_the_timeout() {
     create_pod(&dev, "a", "web", "n1");
     // Claims 1.34 but serves the streaming list's watch as a plain one: the initial events
     // (synthetic ADDED) come, their end is never marked.
-    let streaming = RequestFilter::default().verb(Verb::Watch).param("sendInitialEvents", "true");
-    dev.faults().ignore_params_matching(streaming, u32::MAX, &["sendInitialEvents", "resourceVersionMatch"]);
-    let settings = WatchSettings { initial_events_timeout: TIMEOUT, ..settings(ListStrategy::Auto) };
+    let streaming = RequestFilter::default()
+        .verb(Verb::Watch)
+        .param("sendInitialEvents", "true");
+    dev.faults().ignore_params_matching(
+        streaming,
+        u32::MAX,
+        &["sendInitialEvents", "resourceVersionMatch"],
+    );
+    let settings = WatchSettings {
+        initial_events_timeout: TIMEOUT,
+        ..settings(ListStrategy::Auto)
+    };
     let factory = InformerFactory::new(dev.client().unwrap(), settings);
     let started = Instant::now();
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(InformerKey::new(pods(), true), &StoreOptions::default())
+        .unwrap();
     bounded("the fallback LIST", informer.wait_synced()).await;
-    assert!(started.elapsed() >= TIMEOUT, "fell back after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= TIMEOUT,
+        "fell back after {:?}",
+        started.elapsed()
+    );
     assert_eq!(informer.status().list_strategy, Some(ListStrategy::List));
     assert_eq!(informer.store().len(), 1);
     assert_eq!(streaming_requests(&dev).len(), 1);
@@ -408,22 +649,44 @@ async fn a_server_ignoring_send_initial_events_falls_back_after_the_timeout() {
 async fn a_forbidden_streaming_list_is_retried_not_mistaken_for_missing_support() {
     const TIMEOUT: Duration = Duration::from_millis(500);
     let dev = dev_cluster().await;
-    dev.faults().fail_next_matching(RequestFilter::default().resource("pods"), u32::MAX, Failure::Forbidden { user: USER });
-    let settings = WatchSettings { initial_events_timeout: TIMEOUT, ..settings(ListStrategy::Auto) };
+    dev.faults().fail_next_matching(
+        RequestFilter::default().resource("pods"),
+        u32::MAX,
+        Failure::Forbidden { user: USER },
+    );
+    let settings = WatchSettings {
+        initial_events_timeout: TIMEOUT,
+        ..settings(ListStrategy::Auto)
+    };
     let factory = InformerFactory::new(dev.client().unwrap(), settings);
-    let informer = factory.informer(InformerKey::new(pods(), true), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(InformerKey::new(pods(), true), &StoreOptions::default())
+        .unwrap();
 
     // Three attempts span at least 2.4 s of backoff, well past the initial-events timeout. A
     // fallback would show up as a LIST.
     let log = dev.request_log();
     let mut seq = 0;
     for _ in 0..3 {
-        seq = bounded("a pods request", log.wait_for(seq, |r| r.is(Verb::Watch, "pods") || r.is(Verb::List, "pods"))).await.seq;
+        seq = bounded(
+            "a pods request",
+            log.wait_for(seq, |r| {
+                r.is(Verb::Watch, "pods") || r.is(Verb::List, "pods")
+            }),
+        )
+        .await
+        .seq;
     }
     assert_eq!(streaming_requests(&dev).len(), 3, "{:?}", log.records());
-    assert!(pod_requests(&dev, Verb::List).is_empty(), "no fallback to LIST");
+    assert!(
+        pod_requests(&dev, Verb::List).is_empty(),
+        "no fallback to LIST"
+    );
     let message = informer.status().last_error.unwrap().message;
-    assert!(message.starts_with("forbidden: cannot watch pods in all namespaces"), "{message}");
+    assert!(
+        message.starts_with("forbidden: cannot watch pods in all namespaces"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -431,11 +694,20 @@ async fn metadata_only_informers_ask_for_and_cache_partial_object_metadata() {
     let dev = dev_cluster().await;
     create_pod(&dev, "a", "web", "n1");
     let factory = InformerFactory::new(dev.client().unwrap(), settings(ListStrategy::List));
-    let informer = factory.informer(InformerKey::new(pods(), true).metadata_only(), &StoreOptions::default()).unwrap();
+    let informer = factory
+        .informer(
+            InformerKey::new(pods(), true).metadata_only(),
+            &StoreOptions::default(),
+        )
+        .unwrap();
     bounded("the metadata LIST", informer.wait_synced()).await;
-    let cached: Value = serde_json::from_str(informer.store().get("default", "a").unwrap().body()).unwrap();
+    let cached: Value =
+        serde_json::from_str(informer.store().get("default", "a").unwrap().body()).unwrap();
     let stored = dev.store().get(&pod_key("a")).unwrap();
-    assert_eq!(cached, json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": stored["metadata"]}));
+    assert_eq!(
+        cached,
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": stored["metadata"]})
+    );
     let lists = pod_requests(&dev, Verb::List);
     let accept = lists[0].accept.as_deref().unwrap_or("");
     assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
@@ -453,7 +725,13 @@ async fn a_broken_watch_stream_never_reaches_the_cache() {
         let a = create_pod(&dev, "a", "web", "n1");
         let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
         let recorder = Arc::new(Recorder::default());
-        let sub = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        let sub = factory
+            .subscribe(
+                InformerKey::new(pods(), true),
+                &StoreOptions::default(),
+                recorder.clone(),
+            )
+            .unwrap();
         recorder.wait_for("synced").await;
         let informer = sub.informer().clone();
         let watches = RequestFilter::default().verb(Verb::Watch).resource("pods");
@@ -461,40 +739,92 @@ async fn a_broken_watch_stream_never_reaches_the_cache() {
         // A ConfigMap inside the Pod watch: refused, counted, the stream goes on.
         let intruder = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "intruder", "namespace": "default", "uid": "u-intruder", "resourceVersion": "100000"}});
-        dev.faults().send_watch_line(watches.clone(), event_line("ADDED", intruder));
+        dev.faults()
+            .send_watch_line(watches.clone(), event_line("ADDED", intruder));
         let b = create_pod(&dev, "b", "web", "n1");
         recorder.wait_for(&format!("add b@{b}")).await;
-        assert_eq!((informer.status().rejected, informer.status().undecodable), (1, 0), "{strategy:?}");
-        assert!(informer.store().get("default", "intruder").is_none(), "{strategy:?}");
+        assert_eq!(
+            (informer.status().rejected, informer.status().undecodable),
+            (1, 0),
+            "{strategy:?}"
+        );
+        assert!(
+            informer.store().get("default", "intruder").is_none(),
+            "{strategy:?}"
+        );
 
         // A truncated event: counted, and the watch restarts from the last resourceVersion.
         let log = dev.request_log();
         let before = log.last_seq();
-        dev.faults().send_watch_line(watches.clone(), r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"cut""#);
-        let rewatch = bounded("the re-watch", log.wait_for(before, |r| r.is(Verb::Watch, "pods"))).await;
-        assert_eq!(rewatch.param("resourceVersion"), Some(b.as_str()), "{strategy:?}: resumed, not relisted: {rewatch:?}");
+        dev.faults().send_watch_line(
+            watches.clone(),
+            r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"cut""#,
+        );
+        let rewatch = bounded(
+            "the re-watch",
+            log.wait_for(before, |r| r.is(Verb::Watch, "pods")),
+        )
+        .await;
+        assert_eq!(
+            rewatch.param("resourceVersion"),
+            Some(b.as_str()),
+            "{strategy:?}: resumed, not relisted: {rewatch:?}"
+        );
         let c = create_pod(&dev, "c", "web", "n1");
         recorder.wait_for(&format!("add c@{c}")).await;
-        assert_eq!((informer.status().rejected, informer.status().undecodable), (1, 1), "{strategy:?}");
-        assert!(informer.status().last_error.unwrap().message.starts_with("undecodable watch event"), "{strategy:?}");
+        assert_eq!(
+            (informer.status().rejected, informer.status().undecodable),
+            (1, 1),
+            "{strategy:?}"
+        );
+        assert!(
+            informer
+                .status()
+                .last_error
+                .unwrap()
+                .message
+                .starts_with("undecodable watch event"),
+            "{strategy:?}"
+        );
 
         // A 64 MiB object: dropped as it streams, named, counted; the stream goes on.
         let huge = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "huge", "namespace": "default", "uid": "u-huge", "resourceVersion": "100001"},
             "spec": {"containers": [{"name": "main", "image": "x".repeat(64 << 20)}]}});
-        dev.faults().send_watch_line(watches.clone(), event_line("ADDED", huge));
+        dev.faults()
+            .send_watch_line(watches.clone(), event_line("ADDED", huge));
         let d = create_pod(&dev, "d", "web", "n1");
         let lines = recorder.wait_for(&format!("add d@{d}")).await;
         let status = informer.status();
-        assert_eq!((status.rejected, status.undecodable), (2, 1), "{strategy:?}");
+        assert_eq!(
+            (status.rejected, status.undecodable),
+            (2, 1),
+            "{strategy:?}"
+        );
         let message = status.last_error.unwrap().message;
-        assert!(message.starts_with("Pod default/huge: watch event of 6710"), "{strategy:?}: {message}");
-        assert!(message.ends_with("is over host.maxObjectBytes (2097152 bytes); not cached"), "{strategy:?}: {message}");
+        assert!(
+            message.starts_with("Pod default/huge: watch event of 6710"),
+            "{strategy:?}: {message}"
+        );
+        assert!(
+            message.ends_with("is over host.maxObjectBytes (2097152 bytes); not cached"),
+            "{strategy:?}: {message}"
+        );
 
-        let expected = [format!("add a@{a}"), "synced".into(), format!("add b@{b}"), format!("add c@{c}"), format!("add d@{d}")];
+        let expected = [
+            format!("add a@{a}"),
+            "synced".into(),
+            format!("add b@{b}"),
+            format!("add c@{c}"),
+            format!("add d@{d}"),
+        ];
         assert_eq!(lines, expected, "{strategy:?}: plugins see none of it");
         assert_eq!(informer.store().len(), 4, "{strategy:?}");
-        assert_eq!(initial_requests(&dev, strategy), 1, "{strategy:?}: no relist");
+        assert_eq!(
+            initial_requests(&dev, strategy),
+            1,
+            "{strategy:?}: no relist"
+        );
     }
 }
 
@@ -502,15 +832,28 @@ async fn a_broken_watch_stream_never_reaches_the_cache() {
 /// relist client-go calls OnUpdate with old == new for every unchanged object, and reports an
 /// object deleted and recreated while the watch was down as one OnUpdate.
 #[tokio::test]
-async fn across_a_relist_unchanged_objects_are_silent_and_a_recreated_one_is_a_tombstone_and_an_add() {
+async fn across_a_relist_unchanged_objects_are_silent_and_a_recreated_one_is_a_tombstone_and_an_add()
+ {
     for strategy in STRATEGIES {
         let dev = dev_cluster().await;
         let [a, c] = ["a", "c"].map(|name| create_pod(&dev, name, "web", "n1"));
         let factory = InformerFactory::new(dev.client().unwrap(), settings(strategy));
         let recorder = Arc::new(Recorder::default());
-        let subscription = factory.subscribe(InformerKey::new(pods(), true), &StoreOptions::default(), recorder.clone()).unwrap();
+        let subscription = factory
+            .subscribe(
+                InformerKey::new(pods(), true),
+                &StoreOptions::default(),
+                recorder.clone(),
+            )
+            .unwrap();
         recorder.wait_for("synced").await;
-        let old_uid = subscription.informer().store().get("default", "c").unwrap().uid().to_owned();
+        let old_uid = subscription
+            .informer()
+            .store()
+            .get("default", "c")
+            .unwrap()
+            .uid()
+            .to_owned();
 
         let faults = dev.faults();
         faults.pause();
@@ -521,9 +864,27 @@ async fn across_a_relist_unchanged_objects_are_silent_and_a_recreated_one_is_a_t
         faults.resume();
 
         let lines = recorder.wait_for(&format!("add c@{recreated}")).await;
-        let expected = [format!("add a@{a}"), format!("add c@{c}"), "synced".into(), format!("delete c@{c} unknown"), format!("add c@{recreated}")];
-        assert_eq!(lines, expected, "{strategy:?}: nothing for a; c is a tombstone and an add, not an update");
+        let expected = [
+            format!("add a@{a}"),
+            format!("add c@{c}"),
+            "synced".into(),
+            format!("delete c@{c} unknown"),
+            format!("add c@{recreated}"),
+        ];
+        assert_eq!(
+            lines, expected,
+            "{strategy:?}: nothing for a; c is a tombstone and an add, not an update"
+        );
         assert_eq!(subscription.informer().status().relists, 1, "{strategy:?}");
-        assert_ne!(subscription.informer().store().get("default", "c").unwrap().uid(), old_uid, "{strategy:?}");
+        assert_ne!(
+            subscription
+                .informer()
+                .store()
+                .get("default", "c")
+                .unwrap()
+                .uid(),
+            old_uid,
+            "{strategy:?}"
+        );
     }
 }

@@ -26,9 +26,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
-use serde::de::IgnoredAny;
 use kube::Client;
 use kube::client::Body;
+use serde::de::IgnoredAny;
 
 use super::informer::LastError;
 
@@ -51,7 +51,10 @@ pub(crate) struct StreamHealth {
 impl StreamHealth {
     fn record(&self, counter: &AtomicU64, message: String) {
         counter.fetch_add(1, Ordering::Relaxed);
-        *self.last_error.lock().expect("stream health lock poisoned") = Some(LastError { message, at: SystemTime::now() });
+        *self.last_error.lock().expect("stream health lock poisoned") = Some(LastError {
+            message,
+            at: SystemTime::now(),
+        });
     }
 
     /// Counts an event kube could not decode although the guard let it through.
@@ -80,7 +83,10 @@ impl<'de> serde::Deserialize<'de> for ObjectShape {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ObjectShape, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ObjectShape, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 Ok(ObjectShape)
             }
@@ -106,7 +112,13 @@ pub(crate) struct LineGuard {
 
 impl LineGuard {
     pub(crate) fn new(max_object_bytes: usize, health: Arc<StreamHealth>) -> Self {
-        Self { max_object_bytes, health, line: Vec::new(), oversize: None, ended: false }
+        Self {
+            max_object_bytes,
+            health,
+            line: Vec::new(),
+            oversize: None,
+            ended: false,
+        }
     }
 
     /// Whether the stream must end (an undecodable line was seen).
@@ -202,7 +214,10 @@ impl LineGuard {
         self.ended = true;
         let start = String::from_utf8_lossy(&line[..line.len().min(120)]).into_owned();
         tracing::warn!(error = %error, event.bytes = line.len(), event.start = %start, "undecodable watch event; restarting the watch");
-        self.health.record(&self.health.undecodable, format!("undecodable watch event ({error}); watch restarted"));
+        self.health.record(
+            &self.health.undecodable,
+            format!("undecodable watch event ({error}); watch restarted"),
+        );
     }
 }
 
@@ -219,7 +234,10 @@ fn identify(prefix: &[u8]) -> String {
     let Some(metadata) = object.find("\"metadata\":").map(|at| &object[at..]) else {
         return format!("{kind} (name not in its first {} bytes)", prefix.len());
     };
-    match (string_after(metadata, "namespace"), string_after(metadata, "name")) {
+    match (
+        string_after(metadata, "namespace"),
+        string_after(metadata, "name"),
+    ) {
         (Some(ns), Some(name)) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
         (_, Some(name)) => format!("{kind} {name}"),
         _ => format!("{kind} (name not in its first {} bytes)", prefix.len()),
@@ -252,21 +270,32 @@ fn guard_body(body: Body, guard: LineGuard) -> AnyBody {
             }
         }
     });
-    StreamBody::new(lines.map(|chunk| chunk.map(http_body::Frame::data))).map_err(Into::into).boxed_unsync()
+    StreamBody::new(lines.map(|chunk| chunk.map(http_body::Frame::data)))
+        .map_err(Into::into)
+        .boxed_unsync()
 }
 
 /// `client`, with the body of every WATCH response passed through a [`LineGuard`] that reports
 /// to `health`.
-pub(crate) fn guarded_client(client: Client, max_object_bytes: usize, health: Arc<StreamHealth>) -> Client {
+pub(crate) fn guarded_client(
+    client: Client,
+    max_object_bytes: usize,
+    health: Arc<StreamHealth>,
+) -> Client {
     let namespace = client.default_namespace().to_owned();
     let service = tower::service_fn(move |request: http::Request<Body>| {
         let client = client.clone();
         let health = health.clone();
         async move {
-            let watch = request.uri().query().is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
+            let watch = request
+                .uri()
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
             let response = client.send(request).await?;
             if !watch {
-                return Ok::<_, kube::Error>(response.map(|body| body.map_err(Into::into).boxed_unsync()));
+                return Ok::<_, kube::Error>(
+                    response.map(|body| body.map_err(Into::into).boxed_unsync()),
+                );
             }
             Ok(response.map(|body| guard_body(body, LineGuard::new(max_object_bytes, health))))
         }
@@ -284,7 +313,10 @@ mod tests {
     }
 
     fn counts(health: &StreamHealth) -> (u64, u64) {
-        (health.undecodable.load(Ordering::Relaxed), health.too_large.load(Ordering::Relaxed))
+        (
+            health.undecodable.load(Ordering::Relaxed),
+            health.too_large.load(Ordering::Relaxed),
+        )
     }
 
     const GOOD: &str = r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"}}}"#;
@@ -306,18 +338,29 @@ mod tests {
         let (mut guard, health) = new_guard(1 << 20);
         let stream = format!("{GOOD}\n{}\n{GOOD}\n", &GOOD[..30]);
         let out = guard.feed(stream.as_bytes());
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{GOOD}\n"), "nothing after the bad line");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("{GOOD}\n"),
+            "nothing after the bad line"
+        );
         assert!(guard.ended());
         assert_eq!(counts(&health), (1, 0));
         let message = health.last_error.lock().unwrap().clone().unwrap().message;
-        assert!(message.starts_with("undecodable watch event (EOF while parsing"), "{message}");
+        assert!(
+            message.starts_with("undecodable watch event (EOF while parsing"),
+            "{message}"
+        );
 
         let (mut guard, health) = new_guard(1 << 20);
         guard.feed(&GOOD.as_bytes()[..20]);
         guard.finish();
         assert_eq!(counts(&health), (1, 0), "a stream cut inside an event");
         let (mut guard, health) = new_guard(1 << 20);
-        assert!(guard.feed(b"{\"type\":\"ADDED\",\"object\":[1]}\n").is_empty());
+        assert!(
+            guard
+                .feed(b"{\"type\":\"ADDED\",\"object\":[1]}\n")
+                .is_empty()
+        );
         assert_eq!(counts(&health), (1, 0), "an object that is not an object");
     }
 
@@ -332,19 +375,43 @@ mod tests {
         let mut out = Vec::new();
         for chunk in stream.as_bytes().chunks(300) {
             out.extend(guard.feed(chunk));
-            assert!(guard.line.len() <= 100 + ENVELOPE, "never buffers past the bound");
+            assert!(
+                guard.line.len() <= 100 + ENVELOPE,
+                "never buffers past the bound"
+            );
         }
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{GOOD}\n"), "the stream goes on");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("{GOOD}\n"),
+            "the stream goes on"
+        );
         assert_eq!(counts(&health), (0, 1));
         let message = health.last_error.lock().unwrap().clone().unwrap().message;
-        assert_eq!(message, format!("Pod default/big: watch event of {} bytes is over host.maxObjectBytes (100 bytes); not cached", big.len()));
+        assert_eq!(
+            message,
+            format!(
+                "Pod default/big: watch event of {} bytes is over host.maxObjectBytes (100 bytes); not cached",
+                big.len()
+            )
+        );
     }
 
     #[test]
     fn identifies_objects_by_what_their_prefix_shows() {
         let id = |s: &str| identify(s.as_bytes());
-        assert_eq!(id(r#"{"type":"ADDED","object":{"kind":"Node","metadata":{"name":"n1","uid":"#), "Node n1");
-        assert_eq!(id(r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns""#), "Pod ns/p");
-        assert_eq!(id(r#"{"type":"ADDED","object":{"data":"xxxx"#), "object (name not in its first 38 bytes)");
+        assert_eq!(
+            id(r#"{"type":"ADDED","object":{"kind":"Node","metadata":{"name":"n1","uid":"#),
+            "Node n1"
+        );
+        assert_eq!(
+            id(
+                r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns""#
+            ),
+            "Pod ns/p"
+        );
+        assert_eq!(
+            id(r#"{"type":"ADDED","object":{"data":"xxxx"#),
+            "object (name not in its first 38 bytes)"
+        );
     }
 }

@@ -27,7 +27,10 @@ use tracing::Instrument;
 
 use super::delta::{Delta, DeltaSink, Reflector};
 use super::guard::StreamHealth;
-use super::watch::{ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION, METADATA_KIND, WatchError};
+use super::watch::{
+    ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION,
+    METADATA_KIND, WatchError,
+};
 use super::{Error, InformerKey, Result, StoreOptions};
 use crate::cache::{CachedObject, Store};
 
@@ -117,7 +120,13 @@ impl Core {
 
     fn apply(&self, event: Event<Value>, strategy: Option<ListStrategy>) {
         let mut fanout = self.lock();
-        let Fanout { reflector, sinks, status, expired, .. } = &mut *fanout;
+        let Fanout {
+            reflector,
+            sinks,
+            status,
+            expired,
+            ..
+        } = &mut *fanout;
         status.list_strategy = strategy.or(status.list_strategy);
         match &event {
             Event::Init => {
@@ -165,7 +174,10 @@ impl Core {
         let mut fanout = self.lock();
         fanout.expired = matches!(error, WatchError::Expired { .. });
         fanout.status.errors += 1;
-        fanout.status.last_error = Some(LastError { message, at: SystemTime::now() });
+        fanout.status.last_error = Some(LastError {
+            message,
+            at: SystemTime::now(),
+        });
     }
 }
 
@@ -237,7 +249,9 @@ pub struct Informer {
 
 impl std::fmt::Debug for Informer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Informer").field("key", &self.core.key).finish_non_exhaustive()
+        f.debug_struct("Informer")
+            .field("key", &self.core.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -254,8 +268,18 @@ impl Drop for Informer {
 impl Informer {
     /// Starts an informer for `key` over `events` (any watcher event stream: a test script, a
     /// recording). Must be called within a Tokio runtime.
-    pub fn from_stream(key: InformerKey, options: StoreOptions, events: EventStream) -> Result<Arc<Self>> {
-        Self::spawn(key, options, Source::Stream(events), &tokio::runtime::Handle::current(), None)
+    pub fn from_stream(
+        key: InformerKey,
+        options: StoreOptions,
+        events: EventStream,
+    ) -> Result<Arc<Self>> {
+        Self::spawn(
+            key,
+            options,
+            Source::Stream(events),
+            &tokio::runtime::Handle::current(),
+            None,
+        )
     }
 
     pub(crate) fn spawn(
@@ -266,15 +290,24 @@ impl Informer {
         on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
     ) -> Result<Arc<Self>> {
         let key = key.normalized()?;
-        let mut merged = StoreOptions { indexes: Vec::new(), strip_managed_fields: options.strip_managed_fields };
+        let mut merged = StoreOptions {
+            indexes: Vec::new(),
+            strip_managed_fields: options.strip_managed_fields,
+        };
         merged.merge(&key, &options)?;
-        let store = Arc::new(Store::new(key.gvk(), merged.indexes.clone(), merged.strip_managed_fields));
+        let store = Arc::new(Store::new(
+            key.gvk(),
+            merged.indexes.clone(),
+            merged.strip_managed_fields,
+        ));
         let (api_version, kind) = if key.metadata_only {
             (METADATA_API_VERSION.to_owned(), METADATA_KIND.to_owned())
         } else {
             (key.resource.api_version.clone(), key.resource.kind.clone())
         };
-        let reflector = Reflector::new(store.clone()).expecting(api_version, kind).max_object_bytes(source.max_object_bytes());
+        let reflector = Reflector::new(store.clone())
+            .expecting(api_version, kind)
+            .max_object_bytes(source.max_object_bytes());
         let fanout = Fanout {
             reflector,
             options: merged,
@@ -295,8 +328,14 @@ impl Informer {
             synced: tokio::sync::watch::Sender::new(false),
             health: source.health(),
         });
-        let task = runtime.spawn(run(core.clone(), source).instrument(span)).abort_handle();
-        Ok(Arc::new(Self { core, task, on_drop }))
+        let task = runtime
+            .spawn(run(core.clone(), source).instrument(span))
+            .abort_handle();
+        Ok(Arc::new(Self {
+            core,
+            task,
+            on_drop,
+        }))
     }
 
     /// What this informer watches.
@@ -307,12 +346,18 @@ impl Informer {
     /// The store as it is now. Hold a [`Lister`] rather than this `Arc` to keep the informer
     /// running (and to follow a store rebuilt with more indexes).
     pub fn store(&self) -> Arc<Store> {
-        self.core.store.read().expect("informer store lock poisoned").clone()
+        self.core
+            .store
+            .read()
+            .expect("informer store lock poisoned")
+            .clone()
     }
 
     /// A handle that reads the store and keeps the informer running.
     pub fn lister(self: &Arc<Self>) -> Lister {
-        Lister { informer: self.clone() }
+        Lister {
+            informer: self.clone(),
+        }
     }
 
     /// Whether the first list has completed.
@@ -331,7 +376,11 @@ impl Informer {
     pub fn status(&self) -> InformerStatus {
         let fanout = self.core.lock();
         let health = &self.core.health;
-        let guard_error = health.last_error.lock().expect("stream health lock poisoned").clone();
+        let guard_error = health
+            .last_error
+            .lock()
+            .expect("stream health lock poisoned")
+            .clone();
         let last_error = match (fanout.status.last_error.clone(), guard_error) {
             (Some(a), Some(b)) => Some(if b.at > a.at { b } else { a }),
             (a, b) => a.or(b),
@@ -365,7 +414,10 @@ impl Informer {
         let id = fanout.next_id;
         fanout.next_id += 1;
         fanout.sinks.push((id, sink));
-        Subscription { informer: self.clone(), id }
+        Subscription {
+            informer: self.clone(),
+            id,
+        }
     }
 
     /// Hands the current content, and whether the initial list is complete, to `replay` while no
@@ -373,7 +425,10 @@ impl Informer {
     /// new subscription's initial adds do.
     pub fn replay(&self, replay: impl FnOnce(Vec<Arc<CachedObject>>, bool)) {
         let fanout = self.core.lock();
-        replay(fanout.reflector.store().snapshot(), fanout.reflector.is_synced());
+        replay(
+            fanout.reflector.store().snapshot(),
+            fanout.reflector.is_synced(),
+        );
     }
 
     /// Makes the store carry `options` too: adds missing indexes (rebuilding the store, which
@@ -384,14 +439,24 @@ impl Informer {
         let mut merged = fanout.options.clone();
         merged.merge(&self.core.key, options)?;
         if merged.strip_managed_fields != fanout.options.strip_managed_fields {
-            return Err(Error::ManagedFieldsStripped { resource: self.core.key.resource_name() });
+            return Err(Error::ManagedFieldsStripped {
+                resource: self.core.key.resource_name(),
+            });
         }
         if merged.indexes.len() == fanout.options.indexes.len() {
             return Ok(());
         }
-        let store = Arc::new(Store::new(self.core.key.gvk(), merged.indexes.clone(), merged.strip_managed_fields));
+        let store = Arc::new(Store::new(
+            self.core.key.gvk(),
+            merged.indexes.clone(),
+            merged.strip_managed_fields,
+        ));
         fanout.reflector.replace_store(store.clone());
-        *self.core.store.write().expect("informer store lock poisoned") = store;
+        *self
+            .core
+            .store
+            .write()
+            .expect("informer store lock poisoned") = store;
         fanout.options = merged;
         Ok(())
     }

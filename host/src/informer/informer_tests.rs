@@ -14,7 +14,10 @@ use crate::cache::IndexSpec;
 use crate::informer::spec::InformerKey;
 
 fn key() -> InformerKey {
-    InformerKey::new(kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), true)
+    InformerKey::new(
+        kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        true,
+    )
 }
 
 fn pod(name: &str, rv: u64) -> Value {
@@ -27,7 +30,8 @@ type Sender = UnboundedSender<watcher::Result<Event<Value>>>;
 /// An informer fed through a channel.
 fn informer(options: StoreOptions) -> (Arc<Informer>, Sender) {
     let (tx, rx) = unbounded_channel();
-    let events = futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) }).boxed();
+    let events =
+        futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) }).boxed();
     (Informer::from_stream(key(), options, events).unwrap(), tx)
 }
 
@@ -56,11 +60,18 @@ impl Recorder {
 
     async fn wait_for(&self, done: impl Fn(&[Delta]) -> bool) {
         let mut pushed = self.pushed.subscribe();
-        pushed.wait_for(|_| done(&self.deltas.lock().unwrap())).await.unwrap();
+        pushed
+            .wait_for(|_| done(&self.deltas.lock().unwrap()))
+            .await
+            .unwrap();
     }
 
     async fn wait_for_add(&self, name: &str) {
-        self.wait_for(|ds| ds.iter().any(|d| matches!(d, Delta::Add { obj, .. } if obj.name() == name))).await;
+        self.wait_for(|ds| {
+            ds.iter()
+                .any(|d| matches!(d, Delta::Add { obj, .. } if obj.name() == name))
+        })
+        .await;
     }
 }
 
@@ -95,9 +106,20 @@ async fn a_late_subscriber_gets_the_store_then_synced_then_live_deltas() {
     let _late_sub = informer.subscribe(late.clone());
     tx.send(Ok(Event::Apply(pod("c", 2)))).unwrap();
     late.wait_for_add("c").await;
-    assert_eq!(render(&late.deltas()), ["add a@1", "add b@1", "synced", "add c@2"]);
-    assert!(late.deltas().iter().take(2).all(|d| matches!(d, Delta::Add { initial: true, .. })));
-    assert!(matches!(late.deltas()[3], Delta::Add { initial: false, .. }));
+    assert_eq!(
+        render(&late.deltas()),
+        ["add a@1", "add b@1", "synced", "add c@2"]
+    );
+    assert!(
+        late.deltas()
+            .iter()
+            .take(2)
+            .all(|d| matches!(d, Delta::Add { initial: true, .. }))
+    );
+    assert!(matches!(
+        late.deltas()[3],
+        Delta::Add { initial: false, .. }
+    ));
 }
 
 #[tokio::test]
@@ -106,7 +128,10 @@ async fn a_sink_reading_the_store_sees_the_event_applied() {
     impl DeltaSink for Checker {
         fn push(&self, delta: Delta) {
             if let Delta::Add { obj, .. } | Delta::Update { new: obj, .. } = &delta {
-                let stored = self.0.get(obj.namespace(), obj.name()).expect("store has the object");
+                let stored = self
+                    .0
+                    .get(obj.namespace(), obj.name())
+                    .expect("store has the object");
                 assert_eq!(stored.resource_version(), obj.resource_version());
             }
             if let Delta::Delete { obj, .. } = &delta {
@@ -123,7 +148,10 @@ async fn a_sink_reading_the_store_sees_the_event_applied() {
     tx.send(Ok(Event::Delete(pod("a", 3)))).unwrap();
     tx.send(Ok(Event::Apply(pod("z", 4)))).unwrap();
     recorder.wait_for_add("z").await;
-    assert_eq!(render(&recorder.deltas()), ["add a@1", "synced", "update a@2", "delete a@3", "add z@4"]);
+    assert_eq!(
+        render(&recorder.deltas()),
+        ["add a@1", "synced", "update a@2", "delete a@3", "add z@4"]
+    );
 }
 
 /// Replays a subscriber's deltas, failing on a gap or a duplicate; returns the final content.
@@ -133,16 +161,31 @@ fn replay(deltas: &[Delta]) -> HashMap<String, String> {
     for delta in deltas {
         match delta {
             Delta::Add { obj, initial } => {
-                assert_eq!(*initial, synced == 0, "initial adds come before Synced, live ones after");
-                let previous = objects.insert(obj.name().to_owned(), obj.resource_version().to_owned());
+                assert_eq!(
+                    *initial,
+                    synced == 0,
+                    "initial adds come before Synced, live ones after"
+                );
+                let previous =
+                    objects.insert(obj.name().to_owned(), obj.resource_version().to_owned());
                 assert!(previous.is_none(), "duplicate add of {}", obj.name());
             }
             Delta::Update { old, new } => {
-                let known = objects.insert(new.name().to_owned(), new.resource_version().to_owned());
-                assert_eq!(known.as_deref(), Some(old.resource_version()), "gap before update of {}", new.name());
+                let known =
+                    objects.insert(new.name().to_owned(), new.resource_version().to_owned());
+                assert_eq!(
+                    known.as_deref(),
+                    Some(old.resource_version()),
+                    "gap before update of {}",
+                    new.name()
+                );
             }
             Delta::Delete { obj, .. } => {
-                assert!(objects.remove(obj.name()).is_some(), "delete of unknown {}", obj.name());
+                assert!(
+                    objects.remove(obj.name()).is_some(),
+                    "delete of unknown {}",
+                    obj.name()
+                );
             }
             Delta::Synced => synced += 1,
         }
@@ -188,14 +231,24 @@ async fn subscribing_during_a_stream_of_changes_has_no_gap_and_no_duplicate() {
     let store: HashMap<String, String> = {
         let (_, last) = subscribers.last().unwrap();
         last.wait_for_add("done").await;
-        informer.store().snapshot().iter().map(|o| (o.name().to_owned(), o.resource_version().to_owned())).collect()
+        informer
+            .store()
+            .snapshot()
+            .iter()
+            .map(|o| (o.name().to_owned(), o.resource_version().to_owned()))
+            .collect()
     };
     for (_, recorder) in &subscribers {
         recorder.wait_for_add("done").await;
         assert_eq!(replay(&recorder.deltas()), store);
     }
     let first_len = subscribers[0].1.deltas().len();
-    assert!(subscribers.iter().any(|(_, r)| r.deltas().len() != first_len), "subscribers joined at different points");
+    assert!(
+        subscribers
+            .iter()
+            .any(|(_, r)| r.deltas().len() != first_len),
+        "subscribers joined at different points"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +264,11 @@ async fn dropping_the_last_handle_stops_the_task_and_frees_the_store() {
     drop(subscription);
     assert!(lister.has_synced(), "the lister keeps the informer running");
     tx.send(Ok(Event::Apply(pod("b", 2)))).unwrap();
-    assert_eq!(render(&recorder.deltas()), ["add a@1", "synced"], "no delta after unsubscribing");
+    assert_eq!(
+        render(&recorder.deltas()),
+        ["add a@1", "synced"],
+        "no delta after unsubscribing"
+    );
 
     drop(lister);
     tx.closed().await; // the task, which owns the receiver, is gone
@@ -223,7 +280,8 @@ async fn status_counts_events_relists_and_errors() {
     let (informer, tx) = informer(StoreOptions::default());
     list(&tx, &["a", "b"]);
     let gone = kube::core::Status::failure("too old resource version", "Expired").with_code(410);
-    tx.send(Err(watcher::Error::WatchError(Box::new(gone)))).unwrap();
+    tx.send(Err(watcher::Error::WatchError(Box::new(gone))))
+        .unwrap();
     list(&tx, &["a"]);
     tx.send(Ok(Event::Apply(pod("c", 2)))).unwrap();
     let recorder = Arc::new(Recorder::default());
@@ -231,31 +289,74 @@ async fn status_counts_events_relists_and_errors() {
     recorder.wait_for_add("c").await;
     let status = informer.status();
     assert!(status.synced && status.synced_at.is_some());
-    assert_eq!((status.events, status.relists, status.errors, status.objects), (4, 1, 1, 2));
+    assert_eq!(
+        (status.events, status.relists, status.errors, status.objects),
+        (4, 1, 1, 2)
+    );
     // What the metrics show: two lists, the second after a 410; b's tombstone; a unchanged.
     assert_eq!((status.lists, status.relists_expired), (2, 1));
-    assert_eq!(status.deltas, crate::informer::DeltaCounts { added: 3, updated: 0, deleted: 1 });
+    assert_eq!(
+        status.deltas,
+        crate::informer::DeltaCounts {
+            added: 3,
+            updated: 0,
+            deleted: 1
+        }
+    );
     assert!(status.last_event_at.is_some());
-    assert!(status.last_error.unwrap().message.starts_with("watch of pods in all namespaces expired (410 Gone)"));
+    assert!(
+        status
+            .last_error
+            .unwrap()
+            .message
+            .starts_with("watch of pods in all namespaces expired (410 Gone)")
+    );
 }
 
 #[tokio::test]
 async fn ensure_options_adds_indexes_that_listers_follow() {
-    let by_node = IndexSpec { name: "by-node".into(), path: "spec.nodeName".parse().unwrap() };
-    let (informer, tx) = informer(StoreOptions { indexes: vec![by_node.clone()], ..StoreOptions::default() });
+    let by_node = IndexSpec {
+        name: "by-node".into(),
+        path: "spec.nodeName".parse().unwrap(),
+    };
+    let (informer, tx) = informer(StoreOptions {
+        indexes: vec![by_node.clone()],
+        ..StoreOptions::default()
+    });
     let lister = informer.lister();
     list(&tx, &["a"]);
     informer.wait_synced().await;
     assert!(lister.store().by_index("by-uid", "uid-a").is_err());
 
-    let by_uid = IndexSpec { name: "by-uid".into(), path: "metadata.uid".parse().unwrap() };
-    informer.ensure_options(&StoreOptions { indexes: vec![by_uid, by_node], ..StoreOptions::default() }).unwrap();
+    let by_uid = IndexSpec {
+        name: "by-uid".into(),
+        path: "metadata.uid".parse().unwrap(),
+    };
+    informer
+        .ensure_options(&StoreOptions {
+            indexes: vec![by_uid, by_node],
+            ..StoreOptions::default()
+        })
+        .unwrap();
     assert_eq!(lister.store().by_index("by-uid", "uid-a").unwrap().len(), 1);
     assert_eq!(lister.store().by_index("by-node", "n1").unwrap().len(), 1);
 
-    let clash = IndexSpec { name: "by-uid".into(), path: "metadata.name".parse().unwrap() };
-    let err = informer.ensure_options(&StoreOptions { indexes: vec![clash], ..StoreOptions::default() }).unwrap_err();
+    let clash = IndexSpec {
+        name: "by-uid".into(),
+        path: "metadata.name".parse().unwrap(),
+    };
+    let err = informer
+        .ensure_options(&StoreOptions {
+            indexes: vec![clash],
+            ..StoreOptions::default()
+        })
+        .unwrap_err();
     assert!(matches!(err, Error::IndexConflict { .. }));
-    let err = informer.ensure_options(&StoreOptions { indexes: vec![], strip_managed_fields: false }).unwrap_err();
+    let err = informer
+        .ensure_options(&StoreOptions {
+            indexes: vec![],
+            strip_managed_fields: false,
+        })
+        .unwrap_err();
     assert!(matches!(err, Error::ManagedFieldsStripped { .. }));
 }

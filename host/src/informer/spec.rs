@@ -33,7 +33,14 @@ pub struct InformerKey {
 impl InformerKey {
     /// A key for every object of `resource`, whole objects, no selector.
     pub fn new(resource: ApiResource, namespaced: bool) -> Self {
-        Self { resource, namespaced, namespace: None, label_selector: None, field_selector: None, metadata_only: false }
+        Self {
+            resource,
+            namespaced,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            metadata_only: false,
+        }
     }
 
     /// Restricts the watch to `namespace`.
@@ -74,7 +81,10 @@ impl InformerKey {
         if !self.namespaced
             && let Some(namespace) = self.namespace.take()
         {
-            return Err(Error::NamespaceOnClusterScoped { resource: self.resource_name(), namespace });
+            return Err(Error::NamespaceOnClusterScoped {
+                resource: self.resource_name(),
+                namespace,
+            });
         }
         Ok(self)
     }
@@ -133,7 +143,10 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { indexes: Vec::new(), strip_managed_fields: true }
+        Self {
+            indexes: Vec::new(),
+            strip_managed_fields: true,
+        }
     }
 }
 
@@ -175,35 +188,70 @@ mod tests {
     }
 
     fn index(name: &str, path: &str) -> IndexSpec {
-        IndexSpec { name: name.into(), path: path.parse().unwrap() }
+        IndexSpec {
+            name: name.into(),
+            path: path.parse().unwrap(),
+        }
     }
 
     #[test]
     fn normalizes_selectors_and_rejects_namespace_on_cluster_scope() {
-        let a = InformerKey::new(pods(), true).labels(" app=web ").fields("").normalized().unwrap();
-        let b = InformerKey::new(pods(), true).labels("app=web").normalized().unwrap();
+        let a = InformerKey::new(pods(), true)
+            .labels(" app=web ")
+            .fields("")
+            .normalized()
+            .unwrap();
+        let b = InformerKey::new(pods(), true)
+            .labels("app=web")
+            .normalized()
+            .unwrap();
         assert_eq!(a, b);
         assert_eq!(a.to_string(), "pods in all namespaces (labels app=web)");
         let mut nodes = pods();
         nodes.plural = "nodes".into();
-        let err = InformerKey::new(nodes, false).namespace("x").normalized().unwrap_err();
-        assert_eq!(err.to_string(), "nodes is cluster-scoped but namespace \"x\" was given");
+        let err = InformerKey::new(nodes, false)
+            .namespace("x")
+            .normalized()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nodes is cluster-scoped but namespace \"x\" was given"
+        );
     }
 
     #[test]
     fn merges_indexes_by_name_and_keeps_managed_fields_if_anyone_needs_them() {
         let key = InformerKey::new(pods(), true);
-        let mut merged = StoreOptions { indexes: vec![index("by-node", "spec.nodeName")], strip_managed_fields: true };
+        let mut merged = StoreOptions {
+            indexes: vec![index("by-node", "spec.nodeName")],
+            strip_managed_fields: true,
+        };
         let other = StoreOptions {
-            indexes: vec![index("by-node", "spec.nodeName"), index("by-owner", "metadata.ownerReferences[*].uid")],
+            indexes: vec![
+                index("by-node", "spec.nodeName"),
+                index("by-owner", "metadata.ownerReferences[*].uid"),
+            ],
             strip_managed_fields: false,
         };
         merged.merge(&key, &other).unwrap();
-        assert_eq!(merged.indexes.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["by-node", "by-owner"]);
+        assert_eq!(
+            merged
+                .indexes
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>(),
+            ["by-node", "by-owner"]
+        );
         assert!(!merged.strip_managed_fields);
 
-        let clash = StoreOptions { indexes: vec![index("by-node", "status.hostIP")], ..StoreOptions::default() };
+        let clash = StoreOptions {
+            indexes: vec![index("by-node", "status.hostIP")],
+            ..StoreOptions::default()
+        };
         let err = merged.merge(&key, &clash).unwrap_err();
-        assert_eq!(err.to_string(), "index \"by-node\" on pods is defined on both spec.nodeName and status.hostIP");
+        assert_eq!(
+            err.to_string(),
+            "index \"by-node\" on pods is defined on both spec.nodeName and status.hostIP"
+        );
     }
 }

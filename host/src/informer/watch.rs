@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, Event};
-use kube::Client;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -179,13 +179,37 @@ impl WatchError {
             Some(403) => {
                 // `pods is forbidden: User "system:serviceaccount:ns:sa" cannot list resource …`
                 let user = status_message(&source)
-                    .and_then(|m| m.split_once("User \"")?.1.split_once('"').map(|(user, _)| user.to_owned()))
+                    .and_then(|m| {
+                        m.split_once("User \"")?
+                            .1
+                            .split_once('"')
+                            .map(|(user, _)| user.to_owned())
+                    })
                     .unwrap_or_else(|| "the informer's identity".to_owned());
-                WatchError::Forbidden { verb, resource, namespace, user, source }
+                WatchError::Forbidden {
+                    verb,
+                    resource,
+                    namespace,
+                    user,
+                    source,
+                }
             }
-            Some(410) => WatchError::Expired { resource, namespace, source },
-            _ if undecodable(&source) => WatchError::Undecodable { resource, namespace, source },
-            _ => WatchError::Failed { verb, resource, namespace, source },
+            Some(410) => WatchError::Expired {
+                resource,
+                namespace,
+                source,
+            },
+            _ if undecodable(&source) => WatchError::Undecodable {
+                resource,
+                namespace,
+                source,
+            },
+            _ => WatchError::Failed {
+                verb,
+                resource,
+                namespace,
+                source,
+            },
         }
     }
 
@@ -212,14 +236,19 @@ impl WatchError {
 
 /// Whether `error` is a watch event kube could not decode.
 fn undecodable(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchFailed(kube::Error::SerdeError(_)))
+    matches!(
+        error,
+        watcher::Error::WatchFailed(kube::Error::SerdeError(_))
+    )
 }
 
 /// Whether `error`, from a streaming list's watch, means the server does not accept streaming
 /// lists (the `WatchList` feature gate is off or the parameter is unknown).
 pub(crate) fn refuses_streaming(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchStartFailed(_) | watcher::Error::WatchError(_))
-        && matches!(status_code(error), Some(400 | 415 | 422))
+    matches!(
+        error,
+        watcher::Error::WatchStartFailed(_) | watcher::Error::WatchError(_)
+    ) && matches!(status_code(error), Some(400 | 415 | 422))
 }
 
 /// A stream of watcher events with objects as JSON.
@@ -240,8 +269,10 @@ pub fn map_event<K>(event: Event<K>, mut f: impl FnMut(K) -> Value) -> Event<Val
 pub fn dynamic_value(obj: DynamicObject, resource: &ApiResource) -> Value {
     let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {
-        map.entry("apiVersion").or_insert_with(|| resource.api_version.clone().into());
-        map.entry("kind").or_insert_with(|| resource.kind.clone().into());
+        map.entry("apiVersion")
+            .or_insert_with(|| resource.api_version.clone().into());
+        map.entry("kind")
+            .or_insert_with(|| resource.kind.clone().into());
     }
     value
 }
@@ -262,7 +293,11 @@ pub const METADATA_API_VERSION: &str = "meta.k8s.io/v1";
 pub const METADATA_KIND: &str = "PartialObjectMetadata";
 
 /// The watcher configuration for `key`.
-pub(crate) fn watcher_config(key: &InformerKey, settings: &WatchSettings, streaming: bool) -> watcher::Config {
+pub(crate) fn watcher_config(
+    key: &InformerKey,
+    settings: &WatchSettings,
+    streaming: bool,
+) -> watcher::Config {
     let mut config = watcher::Config::default().page_size(settings.page_size);
     if let Some(labels) = &key.label_selector {
         config = config.labels(labels);
@@ -273,7 +308,11 @@ pub(crate) fn watcher_config(key: &InformerKey, settings: &WatchSettings, stream
     if let Some(timeout) = settings.watch_timeout_secs {
         config = config.timeout(timeout);
     }
-    if streaming { config.streaming_lists() } else { config }
+    if streaming {
+        config.streaming_lists()
+    } else {
+        config
+    }
 }
 
 /// kube's watcher for `key`, objects as JSON.
@@ -284,13 +323,17 @@ pub(crate) fn watch(client: Client, key: &InformerKey, config: watcher::Config) 
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
-        watcher::watcher(api, config).map_ok(|event| map_event(event, metadata_value)).boxed()
+        watcher::watcher(api, config)
+            .map_ok(|event| map_event(event, metadata_value))
+            .boxed()
     } else {
         let api: Api<DynamicObject> = match &key.namespace {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
-        watcher::watcher(api, config).map_ok(move |event| map_event(event, |obj| dynamic_value(obj, &resource))).boxed()
+        watcher::watcher(api, config)
+            .map_ok(move |event| map_event(event, |obj| dynamic_value(obj, &resource)))
+            .boxed()
     }
 }
 
@@ -308,21 +351,30 @@ impl StreamingSupport {
         if self.refused.load(Ordering::Relaxed) {
             return false;
         }
-        *self.by_version.get_or_init(|| async {
-            match client.apiserver_version().await {
-                Ok(info) => {
-                    let minor = info.emulation_minor.as_deref().unwrap_or(&info.minor);
-                    let major = info.emulation_major.as_deref().unwrap_or(&info.major);
-                    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
-                    matches!((number(major), number(minor)), (Some(1), Some(m)) if m >= 34)
+        *self
+            .by_version
+            .get_or_init(|| async {
+                match client.apiserver_version().await {
+                    Ok(info) => {
+                        let minor = info.emulation_minor.as_deref().unwrap_or(&info.minor);
+                        let major = info.emulation_major.as_deref().unwrap_or(&info.major);
+                        let number = |s: &str| {
+                            s.trim_end_matches(|c: char| !c.is_ascii_digit())
+                                .parse::<u32>()
+                                .ok()
+                        };
+                        matches!((number(major), number(minor)), (Some(1), Some(m)) if m >= 34)
+                    }
+                    Err(error) => {
+                        tracing::info!(
+                            error = &error as &dyn std::error::Error,
+                            "server version unknown; using LIST"
+                        );
+                        false
+                    }
                 }
-                Err(error) => {
-                    tracing::info!(error = &error as &dyn std::error::Error, "server version unknown; using LIST");
-                    false
-                }
-            }
-        })
-        .await
+            })
+            .await
     }
 }
 
@@ -343,10 +395,24 @@ pub(crate) struct ApiSource {
 }
 
 impl ApiSource {
-    pub(crate) fn new(client: Client, key: InformerKey, settings: WatchSettings, support: Arc<StreamingSupport>) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        key: InformerKey,
+        settings: WatchSettings,
+        support: Arc<StreamingSupport>,
+    ) -> Self {
         let health = Arc::new(StreamHealth::default());
         let client = guarded_client(client, settings.max_object_bytes, health.clone());
-        Self { client, health, key, settings, support, stream: None, streaming: false, deadline: None }
+        Self {
+            client,
+            health,
+            key,
+            settings,
+            support,
+            stream: None,
+            streaming: false,
+            deadline: None,
+        }
     }
 
     /// The bound on one object.
@@ -361,7 +427,13 @@ impl ApiSource {
 
     /// The strategy in use (`List` or `Streaming`), once the watch has started.
     pub(crate) fn strategy(&self) -> Option<ListStrategy> {
-        self.stream.as_ref().map(|_| if self.streaming { ListStrategy::Streaming } else { ListStrategy::List })
+        self.stream.as_ref().map(|_| {
+            if self.streaming {
+                ListStrategy::Streaming
+            } else {
+                ListStrategy::List
+            }
+        })
     }
 
     fn start(&mut self, streaming: bool) {
@@ -418,7 +490,9 @@ impl ApiSource {
                     // kube skips the event and reads on; client-go restarts the watch. kube's
                     // watcher cannot resume from its last resourceVersion on request, so it
                     // starts over (a relist).
-                    self.health.record_undecodable(format!("undecodable watch event ({error}); watch restarted"));
+                    self.health.record_undecodable(format!(
+                        "undecodable watch event ({error}); watch restarted"
+                    ));
                     self.start(self.streaming);
                 }
                 _ => {}
@@ -455,32 +529,65 @@ mod tests {
             err.describe(),
             "forbidden: cannot list pods in namespace \"prod\" — grant list and watch on pods to system:serviceaccount:ops:wasmformer"
         );
-        let err = WatchError::new(&InformerKey::new(pods(), true), watcher::Error::WatchStartFailed(api_error(500, "etcd down")));
-        assert_eq!(err.describe(), "cannot watch pods in all namespaces: etcd down");
+        let err = WatchError::new(
+            &InformerKey::new(pods(), true),
+            watcher::Error::WatchStartFailed(api_error(500, "etcd down")),
+        );
+        assert_eq!(
+            err.describe(),
+            "cannot watch pods in all namespaces: etcd down"
+        );
         assert!(matches!(
-            WatchError::new(&key, watcher::Error::WatchError(Box::new(kube::core::Status { code: 410, ..Default::default() }))),
+            WatchError::new(
+                &key,
+                watcher::Error::WatchError(Box::new(kube::core::Status {
+                    code: 410,
+                    ..Default::default()
+                }))
+            ),
             WatchError::Expired { .. }
         ));
     }
 
     #[test]
     fn config_pushes_selectors_down_and_pages() {
-        let key = InformerKey::new(pods(), true).labels("app=web").fields("spec.nodeName=n1");
-        let config = watcher_config(&key, &WatchSettings { page_size: 50, ..WatchSettings::default() }, false);
+        let key = InformerKey::new(pods(), true)
+            .labels("app=web")
+            .fields("spec.nodeName=n1");
+        let config = watcher_config(
+            &key,
+            &WatchSettings {
+                page_size: 50,
+                ..WatchSettings::default()
+            },
+            false,
+        );
         assert_eq!(config.label_selector.as_deref(), Some("app=web"));
         assert_eq!(config.field_selector.as_deref(), Some("spec.nodeName=n1"));
         assert_eq!(config.page_size, Some(50));
         assert!(config.bookmarks);
-        assert_eq!(config.initial_list_strategy, watcher::InitialListStrategy::ListWatch);
+        assert_eq!(
+            config.initial_list_strategy,
+            watcher::InitialListStrategy::ListWatch
+        );
         let streaming = watcher_config(&key, &WatchSettings::default(), true);
-        assert_eq!(streaming.initial_list_strategy, watcher::InitialListStrategy::StreamingList);
+        assert_eq!(
+            streaming.initial_list_strategy,
+            watcher::InitialListStrategy::StreamingList
+        );
     }
 
     #[test]
     fn refusal_of_streaming_is_a_400_or_422_on_the_watch() {
-        assert!(refuses_streaming(&watcher::Error::WatchStartFailed(api_error(422, "sendInitialEvents is forbidden"))));
-        assert!(!refuses_streaming(&watcher::Error::WatchStartFailed(api_error(403, "no"))));
-        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(api_error(422, "no"))));
+        assert!(refuses_streaming(&watcher::Error::WatchStartFailed(
+            api_error(422, "sendInitialEvents is forbidden")
+        )));
+        assert!(!refuses_streaming(&watcher::Error::WatchStartFailed(
+            api_error(403, "no")
+        )));
+        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(
+            api_error(422, "no")
+        )));
     }
 
     #[test]
@@ -488,9 +595,19 @@ mod tests {
         let mut obj = DynamicObject::new("web", &pods()).within("prod");
         obj.types = None; // as in a LIST response
         let value = dynamic_value(obj, &pods());
-        assert_eq!((value["apiVersion"].as_str(), value["kind"].as_str()), (Some("v1"), Some("Pod")));
-        let metadata = kube::core::ObjectMeta { name: Some("web".into()), ..Default::default() };
-        let meta = PartialObjectMeta::<DynamicObject> { types: None, metadata, _phantom: std::marker::PhantomData };
+        assert_eq!(
+            (value["apiVersion"].as_str(), value["kind"].as_str()),
+            (Some("v1"), Some("Pod"))
+        );
+        let metadata = kube::core::ObjectMeta {
+            name: Some("web".into()),
+            ..Default::default()
+        };
+        let meta = PartialObjectMeta::<DynamicObject> {
+            types: None,
+            metadata,
+            _phantom: std::marker::PhantomData,
+        };
         let value = metadata_value(meta);
         assert_eq!(value["kind"], "PartialObjectMetadata");
         assert_eq!(value["metadata"]["name"], "web");

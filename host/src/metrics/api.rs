@@ -40,8 +40,15 @@ pub(super) struct Families {
 
 impl Families {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let families = Self { requests: Family::default(), duration: Family::new_with_constructor(request_histogram) };
-        registry.register("wasmformer_api_requests", "Requests to the API server by verb and HTTP status", families.requests.clone());
+        let families = Self {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(request_histogram),
+        };
+        registry.register(
+            "wasmformer_api_requests",
+            "Requests to the API server by verb and HTTP status",
+            families.requests.clone(),
+        );
         registry.register(
             "wasmformer_api_request_duration_seconds",
             "Time from sending a request to the API server to its response headers",
@@ -53,13 +60,26 @@ impl Families {
     /// A client that sends through `client` and counts every request.
     pub(super) fn instrument(&self, client: kube::Client) -> kube::Client {
         let namespace = client.default_namespace().to_owned();
-        kube::Client::new(Instrumented { client, families: self.clone() }, namespace)
+        kube::Client::new(
+            Instrumented {
+                client,
+                families: self.clone(),
+            },
+            namespace,
+        )
     }
 }
 
 fn verb_of<B>(request: &Request<B>) -> String {
-    let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-    if watch && request.method() == http::Method::GET { "WATCH".to_owned() } else { request.method().as_str().to_owned() }
+    let watch = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    if watch && request.method() == http::Method::GET {
+        "WATCH".to_owned()
+    } else {
+        request.method().as_str().to_owned()
+    }
 }
 
 /// A tower service over a [`kube::Client`] that records each request's outcome.
@@ -88,8 +108,14 @@ impl tower::Service<Request<Body>> for Instrumented {
                 Ok(response) => response.status().as_str().to_owned(),
                 Err(_) => "error".to_owned(),
             };
-            families.duration.get_or_create(&VerbLabel { verb: verb.clone() }).observe(started.elapsed().as_secs_f64());
-            families.requests.get_or_create(&RequestLabels { verb, code }).inc();
+            families
+                .duration
+                .get_or_create(&VerbLabel { verb: verb.clone() })
+                .observe(started.elapsed().as_secs_f64());
+            families
+                .requests
+                .get_or_create(&RequestLabels { verb, code })
+                .inc();
             response
         })
     }
@@ -101,9 +127,23 @@ mod tests {
 
     #[test]
     fn a_get_with_watch_true_is_a_watch() {
-        let request = |uri: &str, method: http::Method| Request::builder().method(method).uri(uri).body(()).unwrap();
-        assert_eq!(verb_of(&request("/api/v1/pods?watch=true&resourceVersion=5", http::Method::GET)), "WATCH");
-        assert_eq!(verb_of(&request("/api/v1/pods?limit=500", http::Method::GET)), "GET");
-        assert_eq!(verb_of(&request("/api/v1/namespaces/a/pods", http::Method::POST)), "POST");
+        let request = |uri: &str, method: http::Method| {
+            Request::builder().method(method).uri(uri).body(()).unwrap()
+        };
+        assert_eq!(
+            verb_of(&request(
+                "/api/v1/pods?watch=true&resourceVersion=5",
+                http::Method::GET
+            )),
+            "WATCH"
+        );
+        assert_eq!(
+            verb_of(&request("/api/v1/pods?limit=500", http::Method::GET)),
+            "GET"
+        );
+        assert_eq!(
+            verb_of(&request("/api/v1/namespaces/a/pods", http::Method::POST)),
+            "POST"
+        );
     }
 }

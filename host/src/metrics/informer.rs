@@ -58,7 +58,11 @@ impl InformerCollector {
 }
 
 fn labels(sample: &InformerSample) -> Labels {
-    vec![("resource", sample.resource.clone()), ("namespace", sample.namespace.clone()), ("selector", sample.selector.clone())]
+    vec![
+        ("resource", sample.resource.clone()),
+        ("namespace", sample.namespace.clone()),
+        ("selector", sample.selector.clone()),
+    ]
 }
 
 fn labels_with(sample: &InformerSample, name: &'static str, value: &str) -> Labels {
@@ -71,8 +75,16 @@ impl Collector for InformerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let samples = (self.sampler)();
         let gauges: [(&str, &str, Reading); 3] = [
-            ("wasmformer_informer_objects", "Objects in the informer's cache", |s| s.objects as f64),
-            ("wasmformer_informer_synced", "1 once the informer's first list completed", |s| f64::from(u8::from(s.synced))),
+            (
+                "wasmformer_informer_objects",
+                "Objects in the informer's cache",
+                |s| s.objects as f64,
+            ),
+            (
+                "wasmformer_informer_synced",
+                "1 once the informer's first list completed",
+                |s| f64::from(u8::from(s.synced)),
+            ),
             (
                 "wasmformer_informer_seconds_since_last_event",
                 "Seconds since the informer last received an object (absent before the first)",
@@ -88,11 +100,16 @@ impl Collector for InformerCollector {
                 }
             }
         }
-        let mut family =
-            encoder.encode_descriptor("wasmformer_informer_events", "Deltas the informer produced, by type", None, MetricType::Counter)?;
+        let mut family = encoder.encode_descriptor(
+            "wasmformer_informer_events",
+            "Deltas the informer produced, by type",
+            None,
+            MetricType::Counter,
+        )?;
         for sample in &samples {
             for (kind, count) in sample.events {
-                ConstCounter::new(count).encode(family.encode_family(&labels_with(sample, "type", kind))?)?;
+                ConstCounter::new(count)
+                    .encode(family.encode_family(&labels_with(sample, "type", kind))?)?;
             }
         }
         let mut family = encoder.encode_descriptor(
@@ -103,7 +120,8 @@ impl Collector for InformerCollector {
         )?;
         for sample in &samples {
             for (reason, count) in sample.lists {
-                ConstCounter::new(count).encode(family.encode_family(&labels_with(sample, "reason", reason))?)?;
+                ConstCounter::new(count)
+                    .encode(family.encode_family(&labels_with(sample, "reason", reason))?)?;
             }
         }
         let mut family = encoder.encode_descriptor(
@@ -113,7 +131,8 @@ impl Collector for InformerCollector {
             MetricType::Counter,
         )?;
         for sample in &samples {
-            ConstCounter::new(sample.watch_restarts).encode(family.encode_family(&labels(sample))?)?;
+            ConstCounter::new(sample.watch_restarts)
+                .encode(family.encode_family(&labels(sample))?)?;
         }
         Ok(())
     }

@@ -86,12 +86,19 @@ impl Metrics {
         );
         leader.set(1);
         registry.register_collector(Box::new(process::ProcessCollector));
-        Self { registry, plugins, queues, api, leader }
+        Self {
+            registry,
+            plugins,
+            queues,
+            api,
+            leader,
+        }
     }
 
     /// Reports the informers `sampler` lists at every scrape.
     pub fn register_informers(&mut self, sampler: InformerSampler) {
-        self.registry.register_collector(Box::new(informer::InformerCollector::new(sampler)));
+        self.registry
+            .register_collector(Box::new(informer::InformerCollector::new(sampler)));
     }
 
     /// The handle for the plugin `name` (the same series whenever a plugin of that name runs).
@@ -113,8 +120,12 @@ impl Metrics {
     pub fn encode(&self, format: Format) -> String {
         let mut out = String::new();
         let encoded = match format {
-            Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry),
-            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &self.registry),
+            Format::Text => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
         };
         encoded.expect("encoding metrics into a String cannot fail");
         out

@@ -126,7 +126,11 @@ impl Families {
             "How long handler calls took, host calls included",
             families.duration.clone(),
         );
-        registry.register("wasmformer_lister_calls", "Lister calls by plugin, kind and result", families.lister.clone());
+        registry.register(
+            "wasmformer_lister_calls",
+            "Lister calls by plugin, kind and result",
+            families.lister.clone(),
+        );
         registry.register(
             "wasmformer_plugin_swaps",
             "Hot swaps by plugin and result (ok: swapped in; error: the old version kept serving)",
@@ -158,8 +162,19 @@ pub struct PluginMetrics {
 
 impl PluginMetrics {
     pub(super) fn new(name: &str, families: Arc<Families>, queue: QueueMetrics) -> Self {
-        let version = families.versions.lock().expect("plugin metrics lock poisoned").entry(name.to_owned()).or_default().clone();
-        Self { name: name.to_owned(), version, families, queue }
+        let version = families
+            .versions
+            .lock()
+            .expect("plugin metrics lock poisoned")
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        Self {
+            name: name.to_owned(),
+            version,
+            families,
+            queue,
+        }
     }
 
     fn short(digest: &str) -> String {
@@ -169,38 +184,76 @@ impl PluginMetrics {
     /// The plugin now runs `digest` built for `contract`: `wasmformer_plugin_info` moves to it.
     pub fn running(&self, digest: &str, contract: &str) {
         let mut version = self.version.lock().expect("plugin metrics lock poisoned");
-        let previous = InfoLabels { plugin: self.name.clone(), version: version.0.clone(), contract: version.1.clone() };
+        let previous = InfoLabels {
+            plugin: self.name.clone(),
+            version: version.0.clone(),
+            contract: version.1.clone(),
+        };
         self.families.info.remove(&previous);
         *version = (Self::short(digest), contract.to_owned());
-        let current = InfoLabels { plugin: self.name.clone(), version: version.0.clone(), contract: version.1.clone() };
+        let current = InfoLabels {
+            plugin: self.name.clone(),
+            version: version.0.clone(),
+            contract: version.1.clone(),
+        };
         self.families.info.get_or_create(&current).set(1);
     }
 
     /// Counts and times one handler call (`event`: add, update, delete).
     pub fn handler_call(&self, event: &str, result: CallResult, elapsed: Duration) {
-        let version = self.version.lock().expect("plugin metrics lock poisoned").0.clone();
-        let labels = CallLabels { plugin: self.name.clone(), version, event: event.to_owned(), result: result.as_str().to_owned() };
+        let version = self
+            .version
+            .lock()
+            .expect("plugin metrics lock poisoned")
+            .0
+            .clone();
+        let labels = CallLabels {
+            plugin: self.name.clone(),
+            version,
+            event: event.to_owned(),
+            result: result.as_str().to_owned(),
+        };
         self.families.calls.get_or_create(&labels).inc();
-        let labels = DurationLabels { plugin: self.name.clone(), event: event.to_owned() };
-        self.families.duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        let labels = DurationLabels {
+            plugin: self.name.clone(),
+            event: event.to_owned(),
+        };
+        self.families
+            .duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts a swap: `ok` when a new version was swapped in, else it failed.
     pub fn swapped(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" }.to_owned();
-        self.families.swaps.get_or_create(&SwapLabels { plugin: self.name.clone(), result }).inc();
+        self.families
+            .swaps
+            .get_or_create(&SwapLabels {
+                plugin: self.name.clone(),
+                result,
+            })
+            .inc();
     }
 
     /// Counts log bytes dropped over the per-call budget.
     pub fn log_dropped(&self, bytes: u64) {
         if bytes > 0 {
-            self.families.log_dropped.get_or_create(&PluginLabel { plugin: self.name.clone() }).inc_by(bytes);
+            self.families
+                .log_dropped
+                .get_or_create(&PluginLabel {
+                    plugin: self.name.clone(),
+                })
+                .inc_by(bytes);
         }
     }
 
     /// The handle the plugin's lister import counts its calls with.
     pub fn lister_calls(&self) -> ListerCalls {
-        ListerCalls { plugin: self.name.clone(), families: self.families.clone() }
+        ListerCalls {
+            plugin: self.name.clone(),
+            families: self.families.clone(),
+        }
     }
 }
 
@@ -215,7 +268,11 @@ impl ListerCalls {
     /// One call for `kind` that ended in `result` (ok, not-found, forbidden, invalid-selector,
     /// unknown-index).
     pub fn count(&self, kind: &str, result: &str) {
-        let labels = ListerLabels { plugin: self.plugin.clone(), kind: kind.to_owned(), result: result.to_owned() };
+        let labels = ListerLabels {
+            plugin: self.plugin.clone(),
+            kind: kind.to_owned(),
+            result: result.to_owned(),
+        };
         self.families.lister.get_or_create(&labels).inc();
     }
 }

@@ -30,11 +30,28 @@ impl ProcessSample {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let kib = |field: &str| -> Option<u64> {
             let line = status.lines().find(|l| l.starts_with(field))?;
-            line[field.len()..].trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k * 1024)
+            line[field.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .map(|k| k * 1024)
         };
-        let threads = status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok());
-        let open_fds = std::fs::read_dir("/proc/self/fd").ok().map(|entries| entries.count() as u64);
-        Self { resident_bytes: kib("VmRSS:"), virtual_bytes: kib("VmSize:"), cpu_seconds: cpu_seconds(), open_fds, threads }
+        let threads = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok());
+        let open_fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|entries| entries.count() as u64);
+        Self {
+            resident_bytes: kib("VmRSS:"),
+            virtual_bytes: kib("VmSize:"),
+            cpu_seconds: cpu_seconds(),
+            open_fds,
+            threads,
+        }
     }
 }
 
@@ -56,8 +73,16 @@ impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let sample = ProcessSample::read();
         let gauges = [
-            ("process_resident_memory_bytes", "Resident memory size in bytes", sample.resident_bytes),
-            ("process_virtual_memory_bytes", "Virtual memory size in bytes", sample.virtual_bytes),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                sample.resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                sample.virtual_bytes,
+            ),
             ("process_open_fds", "Open file descriptors", sample.open_fds),
             ("process_threads", "OS threads", sample.threads),
         ];
@@ -69,7 +94,12 @@ impl Collector for ProcessCollector {
         }
         if let Some(seconds) = sample.cpu_seconds {
             let metric = ConstCounter::new(seconds);
-            metric.encode(encoder.encode_descriptor("process_cpu_seconds", "User and system CPU time spent in seconds", None, MetricType::Counter)?)?;
+            metric.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time spent in seconds",
+                None,
+                MetricType::Counter,
+            )?)?;
         }
         Ok(())
     }

@@ -54,8 +54,16 @@ impl Families {
             coalesced: Family::default(),
             in_flight: InFlight::default(),
         };
-        registry.register("workqueue_depth", "Current depth of the plugin's queue", families.depth.clone());
-        registry.register("workqueue_adds", "Events and sync markers queued for the plugin", families.adds.clone());
+        registry.register(
+            "workqueue_depth",
+            "Current depth of the plugin's queue",
+            families.depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Events and sync markers queued for the plugin",
+            families.adds.clone(),
+        );
         registry.register(
             "workqueue_queue_duration_seconds",
             "How long an event waits in the plugin's queue before its handler is called",
@@ -81,9 +89,14 @@ impl Families {
     }
 
     pub(super) fn plugin(&self, name: &str) -> QueueMetrics {
-        let label = NameLabel { name: name.to_owned() };
+        let label = NameLabel {
+            name: name.to_owned(),
+        };
         let in_flight = Arc::new(Mutex::new(None));
-        self.in_flight.lock().expect("in-flight lock poisoned").insert(name.to_owned(), in_flight.clone());
+        self.in_flight
+            .lock()
+            .expect("in-flight lock poisoned")
+            .insert(name.to_owned(), in_flight.clone());
         // Register the series now so that an idle plugin shows zeros rather than nothing.
         let _ = self.retries.get_or_create_owned(&label);
         let _ = self.coalesced.get_or_create_owned(&label);
@@ -149,7 +162,10 @@ impl QueueMetrics {
     pub fn work(&self) -> Work<'_> {
         let started = Instant::now();
         *self.in_flight.lock().expect("in-flight lock poisoned") = Some(started);
-        Work { metrics: self, started }
+        Work {
+            metrics: self,
+            started,
+        }
     }
 }
 
@@ -161,8 +177,14 @@ pub struct Work<'a> {
 
 impl Drop for Work<'_> {
     fn drop(&mut self) {
-        *self.metrics.in_flight.lock().expect("in-flight lock poisoned") = None;
-        self.metrics.work_duration.observe(self.started.elapsed().as_secs_f64());
+        *self
+            .metrics
+            .in_flight
+            .lock()
+            .expect("in-flight lock poisoned") = None;
+        self.metrics
+            .work_duration
+            .observe(self.started.elapsed().as_secs_f64());
     }
 }
 
@@ -180,14 +202,28 @@ impl Collector for InFlightCollector {
             .iter()
             .map(|(name, since)| {
                 let since = *since.lock().expect("in-flight lock poisoned");
-                (name.clone(), since.map_or(0.0, |s| s.elapsed().as_secs_f64()))
+                (
+                    name.clone(),
+                    since.map_or(0.0, |s| s.elapsed().as_secs_f64()),
+                )
             })
             .collect();
         for (metric, help) in [
-            ("workqueue_unfinished_work_seconds", "Seconds of work in progress not yet observed by work_duration"),
-            ("workqueue_longest_running_processor_seconds", "How long the longest running delivery has been running"),
+            (
+                "workqueue_unfinished_work_seconds",
+                "Seconds of work in progress not yet observed by work_duration",
+            ),
+            (
+                "workqueue_longest_running_processor_seconds",
+                "How long the longest running delivery has been running",
+            ),
         ] {
-            let mut family = encoder.encode_descriptor(metric, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+            let mut family = encoder.encode_descriptor(
+                metric,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
             for (name, seconds) in &running {
                 let labels = NameLabel { name: name.clone() };
                 ConstGauge::new(*seconds).encode(family.encode_family(&labels)?)?;

@@ -3,8 +3,16 @@ use super::*;
 #[test]
 fn accept_chooses_openmetrics_only_when_asked() {
     assert_eq!(Format::from_accept(None), Format::Text);
-    assert_eq!(Format::from_accept(Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")), Format::Text);
-    assert_eq!(Format::from_accept(Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")), Format::OpenMetrics);
+    assert_eq!(
+        Format::from_accept(Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")),
+        Format::Text
+    );
+    assert_eq!(
+        Format::from_accept(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+        )),
+        Format::OpenMetrics
+    );
 }
 
 #[test]
@@ -13,13 +21,28 @@ fn a_plugin_call_shows_under_its_version_and_openmetrics_ends_with_eof() {
     let plugin = metrics.plugin("rec");
     plugin.running("0123456789abcdef", "0.2.0");
     plugin.handler_call("add", CallResult::Ok, std::time::Duration::from_millis(2));
-    plugin.handler_call("add", CallResult::Deadline, std::time::Duration::from_millis(100));
+    plugin.handler_call(
+        "add",
+        CallResult::Deadline,
+        std::time::Duration::from_millis(100),
+    );
     plugin.running("fedcba9876543210", "0.2.1");
     let text = metrics.encode(Format::Text);
     assert!(text.contains(r#"wasmformer_handler_calls_total{plugin="rec",version="0123456789ab",event="add",result="deadline"} 1"#), "{text}");
-    assert!(text.contains(r#"wasmformer_plugin_info{plugin="rec",version="fedcba987654",contract="0.2.1"} 1"#), "{text}");
-    assert!(!text.contains(r#"version="0123456789ab",contract"#), "the old version's info is gone: {text}");
-    assert!(text.contains(r#"wasmformer_handler_duration_seconds_count{plugin="rec",event="add"} 2"#), "{text}");
+    assert!(
+        text.contains(
+            r#"wasmformer_plugin_info{plugin="rec",version="fedcba987654",contract="0.2.1"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"version="0123456789ab",contract"#),
+        "the old version's info is gone: {text}"
+    );
+    assert!(
+        text.contains(r#"wasmformer_handler_duration_seconds_count{plugin="rec",event="add"} 2"#),
+        "{text}"
+    );
     assert!(text.contains("process_resident_memory_bytes "), "{text}");
     assert!(metrics.encode(Format::OpenMetrics).ends_with("# EOF\n"));
 
@@ -39,10 +62,16 @@ fn work_in_progress_shows_as_unfinished_until_it_ends() {
     drop(work);
     let after = metrics.encode(Format::Text);
     let value = |text: &str| -> f64 {
-        let line = text.lines().find(|l| l.starts_with(r#"workqueue_unfinished_work_seconds{name="slow"}"#)).expect("series present");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r#"workqueue_unfinished_work_seconds{name="slow"}"#))
+            .expect("series present");
         line.rsplit(' ').next().unwrap().parse().unwrap()
     };
     assert!(value(&during) >= 0.02, "{during}");
     assert_eq!(value(&after), 0.0);
-    assert!(after.contains(r#"workqueue_work_duration_seconds_count{name="slow"} 1"#), "{after}");
+    assert!(
+        after.contains(r#"workqueue_work_duration_seconds_count{name="slow"} 1"#),
+        "{after}"
+    );
 }

@@ -24,7 +24,12 @@ impl Default for Backoff {
 impl Backoff {
     /// A policy that tolerates `tolerated` failures in a row, then pauses from `initial` to `max`.
     pub fn new(tolerated: u32, initial: Duration, max: Duration) -> Self {
-        Self { tolerated, initial, max, consecutive_failures: 0 }
+        Self {
+            tolerated,
+            initial,
+            max,
+            consecutive_failures: 0,
+        }
     }
 
     /// Records a success: the next failure starts over.

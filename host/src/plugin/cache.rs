@@ -40,7 +40,9 @@ pub enum CacheError {
         user: u32,
     },
     /// Group or others may write the directory (or read or write the key).
-    #[error("compile cache {path} is accessible to group or others (mode {mode:03o}): run `chmod {fix:03o} {path}`, or choose another --cache-dir")]
+    #[error(
+        "compile cache {path} is accessible to group or others (mode {mode:03o}): run `chmod {fix:03o} {path}`, or choose another --cache-dir"
+    )]
     TooOpen {
         /// The directory or key file.
         path: PathBuf,
@@ -78,7 +80,12 @@ struct FileIdentity {
 
 impl FileIdentity {
     fn of(meta: &std::fs::Metadata) -> Self {
-        Self { dev: meta.dev(), ino: meta.ino(), size: meta.size(), ctime: (meta.ctime(), meta.ctime_nsec()) }
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
     }
 }
 
@@ -98,11 +105,18 @@ impl CompileCache {
         let key = load_or_create_key(&dir.join("key"))?;
         let artifacts = dir.join(engine_key);
         private_dir(&artifacts)?;
-        Ok(Self { artifacts, key, verified: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            artifacts,
+            key,
+            verified: Mutex::new(HashMap::new()),
+        })
     }
 
     fn paths(&self, digest: &str) -> (PathBuf, PathBuf) {
-        (self.artifacts.join(format!("{digest}.cwasm")), self.artifacts.join(format!("{digest}.mac")))
+        (
+            self.artifacts.join(format!("{digest}.cwasm")),
+            self.artifacts.join(format!("{digest}.mac")),
+        )
     }
 
     /// The MAC of `artifact` stored as `digest`'s: keyed BLAKE3 of the digest, a 0 byte, and the
@@ -119,26 +133,41 @@ impl CompileCache {
     pub(crate) fn load(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let (path, mac_path) = self.paths(digest);
         let identity = FileIdentity::of(&std::fs::metadata(&path).ok()?);
-        let known = self.verified.lock().expect("cache lock poisoned").get(&path) == Some(&identity);
+        let known = self
+            .verified
+            .lock()
+            .expect("cache lock poisoned")
+            .get(&path)
+            == Some(&identity);
         if known {
             // SAFETY: this process checked this very file's MAC (same inode, size and ctime, so
             // not written since) or wrote it; the path includes the engine's compatibility hash.
             let component = unsafe { Component::deserialize_file(engine, &path) };
             // The file could have been replaced between the check and the open: check again.
-            let unchanged = std::fs::metadata(&path).is_ok_and(|m| FileIdentity::of(&m) == identity);
+            let unchanged =
+                std::fs::metadata(&path).is_ok_and(|m| FileIdentity::of(&m) == identity);
             match component {
                 Ok(component) if unchanged => return Some(component),
-                Ok(_) => tracing::warn!(path = %path.display(), "compiled component changed while it was loaded; recompiling"),
-                Err(e) => tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled component"),
+                Ok(_) => {
+                    tracing::warn!(path = %path.display(), "compiled component changed while it was loaded; recompiling")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable compiled component")
+                }
             }
-            self.verified.lock().expect("cache lock poisoned").remove(&path);
+            self.verified
+                .lock()
+                .expect("cache lock poisoned")
+                .remove(&path);
             return None;
         }
         let mut file = File::open(&path).ok()?;
         let identity = FileIdentity::of(&file.metadata().ok()?);
         let mut artifact = Vec::with_capacity(identity.size as usize);
         file.read_to_end(&mut artifact).ok()?;
-        let expected = std::fs::read(&mac_path).ok().and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
+        let expected = std::fs::read(&mac_path)
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
         // `blake3::Hash`'s equality is constant-time.
         if expected.map(blake3::Hash::from_bytes) != Some(self.mac(digest, &artifact)) {
             tracing::warn!(path = %path.display(), "compiled component in the cache was not written by this host; recompiling");
@@ -148,7 +177,10 @@ impl CompileCache {
         // MAC under this cache's key), with an engine of the same compatibility hash.
         match unsafe { Component::deserialize(engine, &artifact) } {
             Ok(component) => {
-                self.verified.lock().expect("cache lock poisoned").insert(path, identity);
+                self.verified
+                    .lock()
+                    .expect("cache lock poisoned")
+                    .insert(path, identity);
                 Some(component)
             }
             Err(e) => {
@@ -162,15 +194,23 @@ impl CompileCache {
     /// an optimisation.
     pub(crate) fn store(&self, digest: &str, component: &Component) {
         let (path, mac_path) = self.paths(digest);
-        let written = component.serialize().map_err(std::io::Error::other).and_then(|artifact| {
-            write_atomically(&mac_path, self.mac(digest, &artifact).as_bytes())?;
-            write_atomically(&path, &artifact)
-        });
+        let written = component
+            .serialize()
+            .map_err(std::io::Error::other)
+            .and_then(|artifact| {
+                write_atomically(&mac_path, self.mac(digest, &artifact).as_bytes())?;
+                write_atomically(&path, &artifact)
+            });
         match written.and_then(|()| std::fs::metadata(&path)) {
             Ok(meta) => {
-                self.verified.lock().expect("cache lock poisoned").insert(path, FileIdentity::of(&meta));
+                self.verified
+                    .lock()
+                    .expect("cache lock poisoned")
+                    .insert(path, FileIdentity::of(&meta));
             }
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot write compiled component to the cache"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write compiled component to the cache")
+            }
         }
     }
 }
@@ -178,28 +218,55 @@ impl CompileCache {
 /// Creates `dir` (and missing parents) `0700`, or checks the existing one is this user's and not
 /// writable by anyone else.
 fn private_dir(dir: &Path) -> Result<(), CacheError> {
-    let io = |source| CacheError::Io { path: dir.to_owned(), source };
-    DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
+    let io = |source| CacheError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io)?;
     let meta = std::fs::metadata(dir).map_err(io)?;
     let user = effective_user();
     if meta.uid() != user {
-        return Err(CacheError::NotOwned { dir: dir.to_owned(), owner: meta.uid(), user });
+        return Err(CacheError::NotOwned {
+            dir: dir.to_owned(),
+            owner: meta.uid(),
+            user,
+        });
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o022 != 0 {
-        return Err(CacheError::TooOpen { path: dir.to_owned(), mode, fix: 0o700 });
+        return Err(CacheError::TooOpen {
+            path: dir.to_owned(),
+            mode,
+            fix: 0o700,
+        });
     }
     Ok(())
 }
 
 /// Reads the cache's key, or creates one (`0600`, 32 random bytes) if there is none.
 fn load_or_create_key(path: &Path) -> Result<[u8; 32], CacheError> {
-    let io = |source| CacheError::Io { path: path.to_owned(), source };
-    match OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+    let io = |source| CacheError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
         Ok(mut file) => {
             let mut key = [0u8; 32];
-            File::open("/dev/urandom").and_then(|mut random| random.read_exact(&mut key)).map_err(io)?;
-            file.write_all(&key).and_then(|()| file.sync_all()).map_err(io)?;
+            File::open("/dev/urandom")
+                .and_then(|mut random| random.read_exact(&mut key))
+                .map_err(io)?;
+            file.write_all(&key)
+                .and_then(|()| file.sync_all())
+                .map_err(io)?;
             return Ok(key);
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -209,16 +276,26 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32], CacheError> {
     let meta = file.metadata().map_err(io)?;
     let user = effective_user();
     if meta.uid() != user {
-        return Err(CacheError::NotOwned { dir: path.to_owned(), owner: meta.uid(), user });
+        return Err(CacheError::NotOwned {
+            dir: path.to_owned(),
+            owner: meta.uid(),
+            user,
+        });
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(CacheError::TooOpen { path: path.to_owned(), mode, fix: 0o600 });
+        return Err(CacheError::TooOpen {
+            path: path.to_owned(),
+            mode,
+            fix: 0o600,
+        });
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io)?;
     // A key file another process is still writing reads short: it is refused, not guessed.
-    bytes.try_into().map_err(|_| CacheError::BadKey { path: path.to_owned() })
+    bytes.try_into().map_err(|_| CacheError::BadKey {
+        path: path.to_owned(),
+    })
 }
 
 fn effective_user() -> u32 {
@@ -230,9 +307,20 @@ fn effective_user() -> u32 {
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().expect("cache path has a parent");
-    let unique = format!("{}-{}", std::process::id(), WRITES.fetch_add(1, Ordering::Relaxed));
-    let tmp = dir.join(format!(".{unique}.{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
-    let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let unique = format!(
+        "{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    );
+    let tmp = dir.join(format!(
+        ".{unique}.{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
     file.write_all(bytes)?;
     drop(file);
     std::fs::rename(&tmp, path)
@@ -248,9 +336,21 @@ mod tests {
         let dir = base.path().join("a/components");
         let cache = CompileCache::open(&dir, "engine-1").unwrap();
         for d in [&dir, &dir.join("engine-1")] {
-            assert_eq!(std::fs::metadata(d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
+            assert_eq!(
+                std::fs::metadata(d).unwrap().permissions().mode() & 0o777,
+                0o700,
+                "{}",
+                d.display()
+            );
         }
-        assert_eq!(std::fs::metadata(dir.join("key")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(dir.join("key"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
         let again = CompileCache::open(&dir, "engine-1").unwrap();
         assert_eq!(again.key, cache.key, "the key is kept");
     }
@@ -259,9 +359,16 @@ mod tests {
     fn refuses_a_directory_others_can_write() {
         let base = tempfile::tempdir().unwrap();
         std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = CompileCache::open(base.path(), "engine-1").err().expect("refused");
+        let err = CompileCache::open(base.path(), "engine-1")
+            .err()
+            .expect("refused");
         let text = err.to_string();
-        assert!(text.contains(&base.path().display().to_string()) && text.contains("mode 777") && text.contains("chmod 700"), "{text}");
+        assert!(
+            text.contains(&base.path().display().to_string())
+                && text.contains("mode 777")
+                && text.contains("chmod 700"),
+            "{text}"
+        );
         std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
         CompileCache::open(base.path(), "engine-1").unwrap();
     }
@@ -270,8 +377,15 @@ mod tests {
     fn refuses_a_key_others_can_read() {
         let base = tempfile::tempdir().unwrap();
         CompileCache::open(base.path(), "engine-1").unwrap();
-        std::fs::set_permissions(base.path().join("key"), std::fs::Permissions::from_mode(0o644)).unwrap();
-        let text = CompileCache::open(base.path(), "engine-1").err().expect("refused").to_string();
+        std::fs::set_permissions(
+            base.path().join("key"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let text = CompileCache::open(base.path(), "engine-1")
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(text.contains("key") && text.contains("chmod 600"), "{text}");
     }
 }

@@ -49,19 +49,35 @@ impl PluginEngine {
     /// Fails with a [`CacheError`](super::CacheError) if that directory is not this user's alone.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true).cranelift_opt_level(wasmtime::OptLevel::Speed);
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(wasmtime::OptLevel::Speed);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         super::host::poll::add_to_linker(&mut linker)?;
-        PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
-        LegacyWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
+        PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )?;
+        LegacyWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )?;
         let cache = match cache_dir {
-            Some(dir) => Some(CompileCache::open(&dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?),
+            Some(dir) => {
+                Some(CompileCache::open(&dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?)
+            }
             None => None,
         };
         let ticker = Self::start_ticker(&engine);
-        Ok(Self { engine, linker, cache, _ticker: ticker })
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            _ticker: ticker,
+        })
     }
 
     /// The default compile cache directory: `$WASMFORMER_CACHE_DIR`, else
@@ -69,8 +85,12 @@ impl PluginEngine {
     pub fn default_cache_dir() -> Option<PathBuf> {
         let base = std::env::var_os("WASMFORMER_CACHE_DIR")
             .map(PathBuf::from)
-            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("wasmformer")))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/wasmformer")))?;
+            .or_else(|| {
+                std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("wasmformer"))
+            })
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/wasmformer"))
+            })?;
         Some(base.join("components"))
     }
 
@@ -86,7 +106,10 @@ impl PluginEngine {
                 }
             })
             .expect("spawn epoch ticker thread");
-        Ticker { stop, thread: Some(thread) }
+        Ticker {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     pub(crate) fn engine(&self) -> &Engine {

@@ -50,7 +50,9 @@ pub enum LoadError {
         source: wasmtime::Error,
     },
     /// The component does not export the handler interface at all.
-    #[error("plugin {plugin}: {path} is not a wasmformer plugin: it exports {exports}, not {expected}")]
+    #[error(
+        "plugin {plugin}: {path} is not a wasmformer plugin: it exports {exports}, not {expected}"
+    )]
     WrongWorld {
         /// The plugin's name.
         plugin: String,

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
-use super::world::Bindings as PluginBindings;
 use super::engine::EPOCH_TICK;
 use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
+use super::world::Bindings as PluginBindings;
 use super::{CallError, Limits, LoadedPlugin, TrapKind};
 use crate::cache::{CachedObject, Gvk};
 
@@ -86,7 +86,11 @@ impl PluginInstance {
         observer: Option<LogObserver>,
     ) -> Result<Self, CallError> {
         let name: Arc<str> = plugin.name().into();
-        let log = Arc::new(Mutex::new(LogSink::new(name.clone(), limits.log_bytes_per_call, observer)));
+        let log = Arc::new(Mutex::new(LogSink::new(
+            name.clone(),
+            limits.log_bytes_per_call,
+            observer,
+        )));
         let mut instance = Self {
             plugin,
             name,
@@ -120,7 +124,10 @@ impl PluginInstance {
 
     /// Log bytes dropped over the per-call budget by this version so far.
     pub fn dropped_log_bytes(&self) -> u64 {
-        self.log.lock().expect("log sink lock poisoned").dropped_bytes_total()
+        self.log
+            .lock()
+            .expect("log sink lock poisoned")
+            .dropped_bytes_total()
     }
 
     /// How many times an instance was created (1 + recreations after traps).
@@ -134,7 +141,7 @@ impl PluginInstance {
         self.calls += 1;
         let result = self.ensure_live().and_then(|_| {
             self.call(|bindings, store| bindings.call_event(store, gvk, event))?
-            .map_err(CallError::Handler)
+                .map_err(CallError::Handler)
         });
         if result.is_err() {
             self.failures += 1;
@@ -147,7 +154,12 @@ impl PluginInstance {
         if self.live.is_some() {
             return Ok(());
         }
-        let state = HostState::new(self.name.clone(), self.limits.memory_bytes, self.grants.clone(), self.log.clone());
+        let state = HostState::new(
+            self.name.clone(),
+            self.limits.memory_bytes,
+            self.grants.clone(),
+            self.log.clone(),
+        );
         let mut store = Store::new(self.plugin.pre().engine(), state);
         store.limiter(|s| &mut s.memory);
         // The deadline lives in the store data, so a host call can move it (a write's time with
@@ -155,12 +167,18 @@ impl PluginInstance {
         store.epoch_deadline_callback(|store| {
             let deadline = store.data().deadline;
             match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left))),
+                Some(left) if !left.is_zero() => {
+                    Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left)))
+                }
                 _ => Err(wasmtime::Error::new(DeadlineExceeded)),
             }
         });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
-        let bindings = self.plugin.pre().instantiate(&mut store).map_err(CallError::Instantiate)?;
+        let bindings = self
+            .plugin
+            .pre()
+            .instantiate(&mut store)
+            .map_err(CallError::Instantiate)?;
         self.instantiations += 1;
         self.live = Some(Live { store, bindings });
         let config = self.config.clone();
@@ -190,8 +208,12 @@ impl PluginInstance {
         let started = Instant::now();
         live.store.data_mut().deadline = started + self.limits.deadline;
         live.store.data_mut().writes_this_call = 0;
-        live.store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
-        self.log.lock().expect("log sink lock poisoned").begin_call();
+        live.store
+            .set_epoch_deadline(deadline_ticks(self.limits.deadline));
+        self.log
+            .lock()
+            .expect("log sink lock poisoned")
+            .begin_call();
         let result = f(&live.bindings, &mut live.store);
         let last_stderr = self.log.lock().expect("log sink lock poisoned").end_call();
         result.map_err(|error| {
@@ -223,7 +245,10 @@ fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
     let Some(trap) = error.downcast_ref::<wasmtime::Trap>() else {
         // A host error: its own message, without wasmtime's backtrace context.
         let root = error.root_cause().to_string();
-        return (TrapKind::Other, root.lines().next().unwrap_or("trap").to_owned());
+        return (
+            TrapKind::Other,
+            root.lines().next().unwrap_or("trap").to_owned(),
+        );
     };
     let kind = match trap {
         wasmtime::Trap::Interrupt => TrapKind::Deadline,
@@ -242,18 +267,37 @@ fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
 /// allocator, the panic machinery, the SDK and its generated bindings. Functions without a `::`
 /// path (wasi-libc's `sbrk`, `malloc`, `memcpy`, …) are not the plugin's either.
 const LIBRARY_FRAMES: &[&str] = &[
-    "std::", "core::", "alloc::", "<std::", "<core::", "<alloc::", "__rust", "rust_panic", "dlmalloc", "<dlmalloc",
-    "wasmformer_guest::", "<wasmformer_guest::", "wit_bindgen", "<wit_bindgen", "wasi::", "<wasi::",
+    "std::",
+    "core::",
+    "alloc::",
+    "<std::",
+    "<core::",
+    "<alloc::",
+    "__rust",
+    "rust_panic",
+    "dlmalloc",
+    "<dlmalloc",
+    "wasmformer_guest::",
+    "<wasmformer_guest::",
+    "wit_bindgen",
+    "<wit_bindgen",
+    "wasi::",
+    "<wasi::",
 ];
 
 /// The innermost frame of the plugin's own code, demangled without its hash:
 /// `guest_panic::explode`, `<my_plugin::Logger as wasmformer_guest::Plugin>::on_add`.
 fn guest_frame(backtrace: &wasmtime::WasmBacktrace) -> Option<String> {
     backtrace.frames().iter().find_map(|frame| {
-        let raw = frame.symbols().first().and_then(|s| s.name()).or(frame.func_name())?;
+        let raw = frame
+            .symbols()
+            .first()
+            .and_then(|s| s.name())
+            .or(frame.func_name())?;
         let name = format!("{:#}", rustc_demangle::demangle(raw));
-        let library =
-            !name.contains("::") || LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix)) || name.contains("::_export_");
+        let library = !name.contains("::")
+            || LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix))
+            || name.contains("::_export_");
         (!library).then_some(name)
     })
 }

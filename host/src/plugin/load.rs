@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
-use super::world::Pre;
 use super::engine::{PluginEngine, content_hash};
 use super::host::{Grants, HostState, LogSink};
+use super::world::Pre;
 use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadError};
 
 /// The interface every plugin exports (without version).
@@ -45,7 +45,10 @@ struct Inner {
 
 impl std::fmt::Debug for LoadedPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedPlugin").field("name", &self.inner.name).field("digest", &self.inner.digest).finish()
+        f.debug_struct("LoadedPlugin")
+            .field("name", &self.inner.name)
+            .field("digest", &self.inner.digest)
+            .finish()
     }
 }
 
@@ -61,29 +64,61 @@ impl LoadedPlugin {
     }
 
     /// Loads the plugin `name` from `wasm`, read from `path` (used in messages).
-    pub fn from_bytes(engine: &PluginEngine, name: &str, path: &Path, wasm: &[u8]) -> Result<Self, LoadError> {
+    pub fn from_bytes(
+        engine: &PluginEngine,
+        name: &str,
+        path: &Path,
+        wasm: &[u8],
+    ) -> Result<Self, LoadError> {
         let started = Instant::now();
         let (plugin, file) = (name.to_owned(), path.to_owned());
         check_header(wasm).map_err(|core| match core {
-            true => LoadError::CoreModule { plugin: plugin.clone(), path: file.clone() },
-            false => LoadError::NotWasm { plugin: plugin.clone(), path: file.clone() },
+            true => LoadError::CoreModule {
+                plugin: plugin.clone(),
+                path: file.clone(),
+            },
+            false => LoadError::NotWasm {
+                plugin: plugin.clone(),
+                path: file.clone(),
+            },
         })?;
         let digest = content_hash(wasm);
-        let (component, from_cache) = engine
-            .compile(wasm, &digest)
-            .map_err(|source| LoadError::Compile { plugin: plugin.clone(), path: file.clone(), source })?;
+        let (component, from_cache) =
+            engine
+                .compile(wasm, &digest)
+                .map_err(|source| LoadError::Compile {
+                    plugin: plugin.clone(),
+                    path: file.clone(),
+                    source,
+                })?;
         let info = describe(engine.engine(), &component);
         let minor = check_contract(&info, &plugin, &file)?;
         let contract = info.contract_version.clone().unwrap_or_default();
-        let instance_pre = engine.linker().instantiate_pre(&component).map_err(|source| unlinked(&info, &plugin, &file, source))?;
-        let pre = Pre::new(minor, instance_pre)
-            .map_err(|source| LoadError::UnsatisfiedImport { plugin: plugin.clone(), path: file.clone(), source })?;
+        let instance_pre = engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|source| unlinked(&info, &plugin, &file, source))?;
+        let pre = Pre::new(minor, instance_pre).map_err(|source| LoadError::UnsatisfiedImport {
+            plugin: plugin.clone(),
+            path: file.clone(),
+            source,
+        })?;
         let load_time = started.elapsed();
         tracing::info!(
             plugin.id = %plugin, plugin.version = %&digest[..12], plugin.fromCache = from_cache,
             plugin.loadMs = load_time.as_secs_f64() * 1e3, "plugin loaded"
         );
-        Ok(Self { inner: Arc::new(Inner { name: plugin, path: file, digest, pre, from_cache, load_time, contract }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                name: plugin,
+                path: file,
+                digest,
+                pre,
+                from_cache,
+                load_time,
+                contract,
+            }),
+        })
     }
 
     /// The contract version it was built for (`0.2.0`).
@@ -124,8 +159,17 @@ impl LoadedPlugin {
     /// instance needs at the least (Python and JavaScript plugins start at about 10-20 MiB).
     /// `wasmformer validate` compares it with the plugin's memory limit.
     pub fn memory_at_start(&self) -> wasmtime::Result<usize> {
-        let log = Arc::new(Mutex::new(LogSink::new(self.inner.name.as_str().into(), 0, None)));
-        let state = HostState::new(self.inner.name.as_str().into(), usize::MAX, Arc::new(Grants::none()), log);
+        let log = Arc::new(Mutex::new(LogSink::new(
+            self.inner.name.as_str().into(),
+            0,
+            None,
+        )));
+        let state = HostState::new(
+            self.inner.name.as_str().into(),
+            usize::MAX,
+            Arc::new(Grants::none()),
+            log,
+        );
         let mut store = Store::new(self.pre().engine(), state);
         store.limiter(|s| &mut s.memory);
         store.set_epoch_deadline(u64::MAX / 2);
@@ -138,7 +182,11 @@ impl LoadedPlugin {
 /// wasmtime's message mentions and how to build without it.
 fn unlinked(info: &ContractInfo, plugin: &str, path: &Path, source: wasmtime::Error) -> LoadError {
     let message = format!("{source:#}");
-    match info.imports.iter().find(|import| message.contains(import.as_str())) {
+    match info
+        .imports
+        .iter()
+        .find(|import| message.contains(import.as_str()))
+    {
         Some(import) => LoadError::UnlinkedImport {
             plugin: plugin.to_owned(),
             path: path.to_owned(),
@@ -146,7 +194,11 @@ fn unlinked(info: &ContractInfo, plugin: &str, path: &Path, source: wasmtime::Er
             fix: import_fix(import),
             source,
         },
-        None => LoadError::UnsatisfiedImport { plugin: plugin.to_owned(), path: path.to_owned(), source },
+        None => LoadError::UnsatisfiedImport {
+            plugin: plugin.to_owned(),
+            path: path.to_owned(),
+            source,
+        },
     }
 }
 
@@ -170,15 +222,32 @@ fn import_fix(import: &str) -> &'static str {
 
 /// Reads a plugin's contract version and imports without loading it (for `wasmformer inspect`).
 pub fn inspect(engine: &PluginEngine, path: &Path) -> Result<ContractInfo, LoadError> {
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let wasm = std::fs::read(path).map_err(|source| LoadError::Read { plugin: name.clone(), path: path.to_owned(), source })?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
+        plugin: name.clone(),
+        path: path.to_owned(),
+        source,
+    })?;
     check_header(&wasm).map_err(|core| match core {
-        true => LoadError::CoreModule { plugin: name.clone(), path: path.to_owned() },
-        false => LoadError::NotWasm { plugin: name.clone(), path: path.to_owned() },
+        true => LoadError::CoreModule {
+            plugin: name.clone(),
+            path: path.to_owned(),
+        },
+        false => LoadError::NotWasm {
+            plugin: name.clone(),
+            path: path.to_owned(),
+        },
     })?;
     let (component, _) = engine
         .compile(&wasm, &content_hash(&wasm))
-        .map_err(|source| LoadError::Compile { plugin: name.clone(), path: path.to_owned(), source })?;
+        .map_err(|source| LoadError::Compile {
+            plugin: name.clone(),
+            path: path.to_owned(),
+            source,
+        })?;
     Ok(describe(engine.engine(), &component))
 }
 
@@ -193,12 +262,23 @@ fn check_header(wasm: &[u8]) -> Result<(), bool> {
 
 fn describe(engine: &Engine, component: &Component) -> ContractInfo {
     let ty = component.component_type();
-    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_owned()).collect();
-    let imports = ty.imports(engine).map(|(name, _)| name.to_owned()).collect();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let imports = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
     let contract_version = exports.iter().find_map(|e| {
-        e.strip_prefix(HANDLER_INTERFACE).map(|rest| rest.strip_prefix('@').unwrap_or("unversioned").to_owned())
+        e.strip_prefix(HANDLER_INTERFACE)
+            .map(|rest| rest.strip_prefix('@').unwrap_or("unversioned").to_owned())
     });
-    ContractInfo { contract_version, exports, imports }
+    ContractInfo {
+        contract_version,
+        exports,
+        imports,
+    }
 }
 
 /// Checks the contract version; returns its minor version (which world to instantiate).
@@ -207,7 +287,11 @@ fn check_contract(info: &ContractInfo, plugin: &str, path: &Path) -> Result<u64,
         return Err(LoadError::WrongWorld {
             plugin: plugin.to_owned(),
             path: path.to_owned(),
-            exports: if info.exports.is_empty() { "nothing".into() } else { info.exports.join(", ") },
+            exports: if info.exports.is_empty() {
+                "nothing".into()
+            } else {
+                info.exports.join(", ")
+            },
             expected: format!("{HANDLER_INTERFACE}@{CONTRACT_VERSION}"),
         });
     };
@@ -231,19 +315,30 @@ fn parse_version(v: &str) -> Option<(u64, u64)> {
 /// minor) with the current version or a linked legacy one; returns the matching minor version.
 fn compatible(found: &str) -> Option<u64> {
     let found = parse_version(found)?;
-    std::iter::once(CONTRACT_VERSION).chain(LEGACY_CONTRACT_VERSIONS.iter().copied()).filter_map(parse_version).find_map(|ours| match (found, ours) {
-        ((0, minor), (0, our_minor)) if minor == our_minor => Some(minor),
-        ((major, _), (our_major, minor)) if major != 0 && major == our_major => Some(minor),
-        _ => None,
-    })
+    std::iter::once(CONTRACT_VERSION)
+        .chain(LEGACY_CONTRACT_VERSIONS.iter().copied())
+        .filter_map(parse_version)
+        .find_map(|ours| match (found, ours) {
+            ((0, minor), (0, our_minor)) if minor == our_minor => Some(minor),
+            ((major, _), (our_major, minor)) if major != 0 && major == our_major => Some(minor),
+            _ => None,
+        })
 }
 
 fn accepted_versions() -> String {
     let pattern = |v: &str| {
         let (major, minor) = parse_version(v).unwrap_or((0, 0));
-        if major == 0 { format!("{CONTRACT_PACKAGE}@0.{minor}.x") } else { format!("{CONTRACT_PACKAGE}@{major}.x") }
+        if major == 0 {
+            format!("{CONTRACT_PACKAGE}@0.{minor}.x")
+        } else {
+            format!("{CONTRACT_PACKAGE}@{major}.x")
+        }
     };
-    std::iter::once(CONTRACT_VERSION).chain(LEGACY_CONTRACT_VERSIONS.iter().copied()).map(pattern).collect::<Vec<_>>().join(" or ")
+    std::iter::once(CONTRACT_VERSION)
+        .chain(LEGACY_CONTRACT_VERSIONS.iter().copied())
+        .map(pattern)
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 #[cfg(test)]
@@ -260,7 +355,10 @@ mod tests {
 
     #[test]
     fn an_unlinked_import_gets_a_fix_naming_what_to_change() {
-        assert!(import_fix("wasi:http/outgoing-handler@0.2.3").contains("disableFeatures: [\"http\", \"fetch-event\"]"));
+        assert!(
+            import_fix("wasi:http/outgoing-handler@0.2.3")
+                .contains("disableFeatures: [\"http\", \"fetch-event\"]")
+        );
         assert!(import_fix("wasi:sockets/tcp@0.3.0").contains("no network"));
         assert!(import_fix("wasi:keyvalue/store@0.2.0").contains("WASI 0.2"));
         assert!(import_fix("wasmformer:plugin/writer@0.3.0").contains("another contract"));
@@ -269,9 +367,28 @@ mod tests {
 
     #[test]
     fn accepts_same_minor_of_zero_major() {
-        assert_eq!((compatible("0.3.0"), compatible("0.3.7")), (Some(3), Some(3)));
-        assert_eq!((compatible("0.2.0"), compatible("0.2.7")), (Some(2), Some(2)), "0.2 plugins still load");
-        assert!([compatible("0.1.0"), compatible("0.4.0"), compatible("1.0.0"), compatible("unversioned")].iter().all(Option::is_none));
-        assert_eq!(accepted_versions(), "wasmformer:plugin@0.3.x or wasmformer:plugin@0.2.x");
+        assert_eq!(
+            (compatible("0.3.0"), compatible("0.3.7")),
+            (Some(3), Some(3))
+        );
+        assert_eq!(
+            (compatible("0.2.0"), compatible("0.2.7")),
+            (Some(2), Some(2)),
+            "0.2 plugins still load"
+        );
+        assert!(
+            [
+                compatible("0.1.0"),
+                compatible("0.4.0"),
+                compatible("1.0.0"),
+                compatible("unversioned")
+            ]
+            .iter()
+            .all(Option::is_none)
+        );
+        assert_eq!(
+            accepted_versions(),
+            "wasmformer:plugin@0.3.x or wasmformer:plugin@0.2.x"
+        );
     }
 }

@@ -9,8 +9,8 @@ use wasmtime::component::InstancePre;
 use super::bindings::{self, wasmformer::plugin::types};
 use super::bindings_v02;
 use super::host::HostState;
-use super::instance::Event;
 use super::host::wit_object;
+use super::instance::Event;
 use crate::cache::Gvk;
 
 /// A plugin's pre-instantiated handle, in its world.
@@ -53,34 +53,60 @@ pub(crate) enum Bindings {
 }
 
 fn legacy(obj: types::Object) -> bindings_v02::wasmformer::plugin::types::Object {
-    bindings_v02::wasmformer::plugin::types::Object { meta: obj.meta, body: obj.body }
+    bindings_v02::wasmformer::plugin::types::Object {
+        meta: obj.meta,
+        body: obj.body,
+    }
 }
 
 impl Bindings {
-    pub fn call_init(&self, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<(), String>> {
+    pub fn call_init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &str,
+    ) -> wasmtime::Result<Result<(), String>> {
         match self {
             Self::Current(b) => b.wasmformer_plugin_handler().call_init(store, config),
             Self::V02(b) => b.wasmformer_plugin_handler().call_init(store, config),
         }
     }
 
-    pub fn call_event(&self, store: &mut Store<HostState>, gvk: &Gvk, event: &Event) -> wasmtime::Result<Result<(), String>> {
+    pub fn call_event(
+        &self,
+        store: &mut Store<HostState>,
+        gvk: &Gvk,
+        event: &Event,
+    ) -> wasmtime::Result<Result<(), String>> {
         match self {
             Self::Current(b) => {
                 let handler = b.wasmformer_plugin_handler();
                 match event {
-                    Event::Add { obj, initial } => handler.call_on_add(store, &wit_object(gvk, obj), *initial),
-                    Event::Update { old, new } => handler.call_on_update(store, &wit_object(gvk, old), &wit_object(gvk, new)),
-                    Event::Delete { obj, final_state_unknown } => handler.call_on_delete(store, &wit_object(gvk, obj), *final_state_unknown),
+                    Event::Add { obj, initial } => {
+                        handler.call_on_add(store, &wit_object(gvk, obj), *initial)
+                    }
+                    Event::Update { old, new } => {
+                        handler.call_on_update(store, &wit_object(gvk, old), &wit_object(gvk, new))
+                    }
+                    Event::Delete {
+                        obj,
+                        final_state_unknown,
+                    } => handler.call_on_delete(store, &wit_object(gvk, obj), *final_state_unknown),
                 }
             }
             Self::V02(b) => {
                 let handler = b.wasmformer_plugin_handler();
                 let object = |o| legacy(wit_object(gvk, o));
                 match event {
-                    Event::Add { obj, initial } => handler.call_on_add(store, &object(obj), *initial),
-                    Event::Update { old, new } => handler.call_on_update(store, &object(old), &object(new)),
-                    Event::Delete { obj, final_state_unknown } => handler.call_on_delete(store, &object(obj), *final_state_unknown),
+                    Event::Add { obj, initial } => {
+                        handler.call_on_add(store, &object(obj), *initial)
+                    }
+                    Event::Update { old, new } => {
+                        handler.call_on_update(store, &object(old), &object(new))
+                    }
+                    Event::Delete {
+                        obj,
+                        final_state_unknown,
+                    } => handler.call_on_delete(store, &object(obj), *final_state_unknown),
                 }
             }
         }

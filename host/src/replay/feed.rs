@@ -38,7 +38,12 @@ impl Feed {
         let stores = script.stores()?;
         let reflectors = stores
             .iter()
-            .map(|(gvk, store)| (gvk.clone(), Reflector::new(store.clone()).expecting(gvk.api_version(), gvk.kind.clone())))
+            .map(|(gvk, store)| {
+                (
+                    gvk.clone(),
+                    Reflector::new(store.clone()).expecting(gvk.api_version(), gvk.kind.clone()),
+                )
+            })
             .collect();
         Ok(Self {
             stores,
@@ -71,13 +76,22 @@ impl Feed {
     }
 
     fn reflect(&mut self, gvk: &Gvk, events: Vec<watcher::Event<Value>>) {
-        let reflector = self.reflectors.get_mut(gvk).expect("a reflector for every kind of the script");
+        let reflector = self
+            .reflectors
+            .get_mut(gvk)
+            .expect("a reflector for every kind of the script");
         for event in events {
             reflector.apply(event, &mut |delta| {
                 let event = match delta {
                     Delta::Add { obj, initial } => Event::Add { obj, initial },
                     Delta::Update { old, new } => Event::Update { old, new },
-                    Delta::Delete { obj, final_state_unknown } => Event::Delete { obj, final_state_unknown },
+                    Delta::Delete {
+                        obj,
+                        final_state_unknown,
+                    } => Event::Delete {
+                        obj,
+                        final_state_unknown,
+                    },
                     Delta::Synced => return,
                 };
                 self.pending.push_back((gvk.clone(), event));
@@ -93,7 +107,10 @@ impl Feed {
             if let Ok(obj) = self.stores[&gvk].admit(value.clone()) {
                 order.entry((gvk.clone(), obj.key().clone())).or_insert(i);
             }
-            lists.entry(gvk).or_default().push(watcher::Event::InitApply(value));
+            lists
+                .entry(gvk)
+                .or_default()
+                .push(watcher::Event::InitApply(value));
         }
         let kinds: Vec<Gvk> = self.reflectors.keys().cloned().collect();
         for gvk in kinds {
@@ -103,15 +120,25 @@ impl Feed {
             self.reflect(&gvk, events);
         }
         let mut adds: Vec<(Gvk, Event)> = self.pending.drain(..).collect();
-        adds.sort_by_key(|(gvk, event)| order.get(&(gvk.clone(), event.object().key().clone())).copied());
+        adds.sort_by_key(|(gvk, event)| {
+            order
+                .get(&(gvk.clone(), event.object().key().clone()))
+                .copied()
+        });
         self.pending.extend(adds);
     }
 
     fn apply(&mut self, ScriptStep { gvk, step, .. }: ScriptStep) {
         let events = match step {
             Step::Add(value) | Step::Update(value) => vec![watcher::Event::Apply(value)],
-            Step::Delete { value, final_state_unknown: false } => vec![watcher::Event::Delete(value)],
-            Step::Delete { value, final_state_unknown: true } => {
+            Step::Delete {
+                value,
+                final_state_unknown: false,
+            } => vec![watcher::Event::Delete(value)],
+            Step::Delete {
+                value,
+                final_state_unknown: true,
+            } => {
                 // The object vanished while the watch was down: a relist without it.
                 let store = &self.stores[&gvk];
                 let gone = store.admit(value).map(|obj| obj.key().clone()).ok();

@@ -20,7 +20,10 @@ pub use feed::Feed;
 pub use script::{KindRef, Script, ScriptError, ScriptStep, Step};
 
 use crate::cache::{Gvk, ObjectKey, Store};
-use crate::plugin::{CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess};
+use crate::plugin::{
+    CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance,
+    WriteAccess,
+};
 use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
 
 /// What happened to one scripted event.
@@ -51,7 +54,11 @@ impl fmt::Display for CallOutcome {
         if self.event == "init" {
             write!(f, "init   ")?;
         } else {
-            write!(f, "{:<6} {} {} (rv {}", self.event, self.gvk.kind, self.key, self.resource_version)?;
+            write!(
+                f,
+                "{:<6} {} {} (rv {}",
+                self.event, self.gvk.kind, self.key, self.resource_version
+            )?;
             match self.marker {
                 Some(marker) => write!(f, ", {marker}) ")?,
                 None => f.write_str(") ")?,
@@ -59,7 +66,11 @@ impl fmt::Display for CallOutcome {
         }
         match &self.error {
             None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3),
-            Some(e) => write!(f, "FAILED in {:.1}ms: {e}", self.elapsed.as_secs_f64() * 1e3),
+            Some(e) => write!(
+                f,
+                "FAILED in {:.1}ms: {e}",
+                self.elapsed.as_secs_f64() * 1e3
+            ),
         }
     }
 }
@@ -96,9 +107,22 @@ pub fn run(
     }
     let recording = Recording::default();
     // Nothing is sent, so nothing is rate-limited: a replay runs as fast as the plugin.
-    let settings = WriteSettings { qps: u32::MAX, burst: u32::MAX, timeout: limits.write_timeout };
-    let writer = Arc::new(PluginWriter::new(plugin.name(), settings, Sink::Record(recording.clone())));
-    grants.grant_writes(Arc::new(WriteAccess::new(script.write_grants(), script.events_granted(), &limits, writer)));
+    let settings = WriteSettings {
+        qps: u32::MAX,
+        burst: u32::MAX,
+        timeout: limits.write_timeout,
+    };
+    let writer = Arc::new(PluginWriter::new(
+        plugin.name(),
+        settings,
+        Sink::Record(recording.clone()),
+    ));
+    grants.grant_writes(Arc::new(WriteAccess::new(
+        script.write_grants(),
+        script.events_granted(),
+        &limits,
+        writer,
+    )));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let observer: LogObserver = {
         let lines = lines.clone();
@@ -107,7 +131,10 @@ pub fn run(
     let name = plugin.name().to_owned();
     let started = Instant::now();
     let mut instance = PluginInstance::start(plugin, limits, grants, config, Some(observer))
-        .map_err(|source| ReplayError::Start { plugin: name, source })?;
+        .map_err(|source| ReplayError::Start {
+            plugin: name,
+            source,
+        })?;
     let init = CallOutcome {
         event: "init",
         gvk: Gvk::default(),
@@ -132,7 +159,10 @@ pub fn run(
         let obj = event.object();
         let marker = match event {
             Event::Add { initial: true, .. } => Some("initial"),
-            Event::Delete { final_state_unknown: true, .. } => Some("final state unknown"),
+            Event::Delete {
+                final_state_unknown: true,
+                ..
+            } => Some("final state unknown"),
             _ => None,
         };
         let outcome = CallOutcome {
@@ -159,7 +189,8 @@ pub fn writes_yaml(outcomes: &[CallOutcome]) -> String {
     if writes.is_empty() {
         return "[]\n".to_owned();
     }
-    serde_saphyr::to_string(&writes).unwrap_or_else(|e| format!("# cannot print the writes as YAML: {e}\n"))
+    serde_saphyr::to_string(&writes)
+        .unwrap_or_else(|e| format!("# cannot print the writes as YAML: {e}\n"))
 }
 
 /// The stores for a script, one per kind it mentions.

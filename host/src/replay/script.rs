@@ -171,20 +171,30 @@ pub enum ScriptError {
 }
 
 fn line_suffix(line: Option<u64>) -> String {
-    line.map(|line| format!(" (line {line})")).unwrap_or_default()
+    line.map(|line| format!(" (line {line})"))
+        .unwrap_or_default()
 }
 
 impl ScriptError {
     fn invalid(at: String, reason: impl Into<String>) -> Self {
-        Self::Invalid { at, reason: reason.into() }
+        Self::Invalid {
+            at,
+            reason: reason.into(),
+        }
     }
 }
 
 impl Script {
     /// Reads a script from a YAML or JSON file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read { path: path.to_owned(), source })?;
-        Self::parse(&text).map_err(|source| ScriptError::Parse { path: path.to_owned(), source: Box::new(source) })
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| ScriptError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
     }
 
     /// Parses a script from YAML or JSON text.
@@ -207,15 +217,31 @@ impl Script {
     pub fn check(&self) -> Result<(), ScriptError> {
         let stores = self.stores()?;
         let admit = |at: &str, line: Option<u64>, gvk: &Gvk, value: &Value| {
-            stores[gvk].admit(value.clone()).map_err(|source| ScriptError::Object { at: at.to_owned(), line, source })
+            stores[gvk]
+                .admit(value.clone())
+                .map_err(|source| ScriptError::Object {
+                    at: at.to_owned(),
+                    line,
+                    source,
+                })
         };
         let mut cached: HashMap<(Gvk, ObjectKey), String> = HashMap::new();
         for (i, (gvk, value)) in self.initial_objects()?.iter().enumerate() {
             let obj = admit(&format!("initial[{i}]"), None, gvk, value)?;
             cached.insert((gvk.clone(), obj.key().clone()), obj.uid().to_owned());
         }
-        for ScriptStep { at, line, gvk, step } in self.steps()? {
-            let refuse = |reason: String| ScriptError::Refused { at: at.clone(), line, reason };
+        for ScriptStep {
+            at,
+            line,
+            gvk,
+            step,
+        } in self.steps()?
+        {
+            let refuse = |reason: String| ScriptError::Refused {
+                at: at.clone(),
+                line,
+                reason,
+            };
             let (value, action) = match &step {
                 Step::Add(value) => (value, "add"),
                 Step::Update(value) => (value, "update"),
@@ -226,10 +252,14 @@ impl Script {
             let object = format!("{} {}", gvk.kind, obj.key());
             match (action, cached.get(&key)) {
                 ("add", Some(uid)) if uid == obj.uid() => {
-                    return Err(refuse(format!("add of {object}, which is already in the cache (use update)")));
+                    return Err(refuse(format!(
+                        "add of {object}, which is already in the cache (use update)"
+                    )));
                 }
                 ("update" | "delete", None) => {
-                    return Err(refuse(format!("{action} of {object}, which is not in the cache at this point")));
+                    return Err(refuse(format!(
+                        "{action} of {object}, which is not in the cache at this point"
+                    )));
                 }
                 ("delete", Some(_)) => {
                     cached.remove(&key);
@@ -253,27 +283,63 @@ impl Script {
                 .and_then(Value::as_object_mut)
                 .ok_or_else(|| ScriptError::invalid(at.clone(), "object has no metadata"))?;
             rv += 1;
-            metadata.entry("resourceVersion").or_insert_with(|| Value::String(rv.to_string()));
-            let text = |k: &str| metadata.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            metadata
+                .entry("resourceVersion")
+                .or_insert_with(|| Value::String(rv.to_string()));
+            let text = |k: &str| {
+                metadata
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             let uid = format!("uid-{}-{}", text("namespace"), text("name"));
             metadata.entry("uid").or_insert(Value::String(uid));
             Ok((gvk, value))
         };
-        let initial = self.initial.iter().enumerate().map(|(i, v)| fill(format!("initial[{i}]"), v.clone())).collect::<Result<_, _>>()?;
+        let initial = self
+            .initial
+            .iter()
+            .enumerate()
+            .map(|(i, v)| fill(format!("initial[{i}]"), v.clone()))
+            .collect::<Result<_, _>>()?;
         let mut steps = Vec::new();
         for (i, spanned) in self.events.iter().enumerate() {
-            let (doc, line) = (&spanned.value, Some(spanned.referenced.line()).filter(|&line| line > 0));
+            let (doc, line) = (
+                &spanned.value,
+                Some(spanned.referenced.line()).filter(|&line| line > 0),
+            );
             let at = format!("events[{i}]");
             let (gvk, step) = match (&doc.add, &doc.update, &doc.delete) {
-                (Some(v), None, None) => fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Add(v)))?,
-                (None, Some(v), None) => fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Update(v)))?,
+                (Some(v), None, None) => {
+                    fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Add(v)))?
+                }
+                (None, Some(v), None) => {
+                    fill(at.clone(), v.clone()).map(|(g, v)| (g, Step::Update(v)))?
+                }
                 (None, None, Some(v)) => {
                     let (g, value) = fill(at.clone(), v.clone())?;
-                    (g, Step::Delete { value, final_state_unknown: doc.final_state_unknown })
+                    (
+                        g,
+                        Step::Delete {
+                            value,
+                            final_state_unknown: doc.final_state_unknown,
+                        },
+                    )
                 }
-                _ => return Err(ScriptError::invalid(at, "a step has exactly one of add, update, delete")),
+                _ => {
+                    return Err(ScriptError::invalid(
+                        at,
+                        "a step has exactly one of add, update, delete",
+                    ));
+                }
             };
-            steps.push(ScriptStep { at, line, gvk, step });
+            steps.push(ScriptStep {
+                at,
+                line,
+                gvk,
+                step,
+            });
         }
         Ok((initial, steps))
     }
@@ -281,9 +347,23 @@ impl Script {
     /// Every kind the script mentions.
     fn kinds(&self) -> Result<BTreeSet<Gvk>, ScriptError> {
         let (initial, steps) = self.numbered()?;
-        let mut kinds: BTreeSet<Gvk> = initial.into_iter().map(|(g, _)| g).chain(steps.into_iter().map(|s| s.gvk)).collect();
-        kinds.extend(self.handles.iter().flatten().chain(self.read.iter().flatten()).map(KindRef::gvk));
-        kinds.extend(self.indexes.iter().map(|i| Gvk::from_api_version(&i.api_version, &i.kind)));
+        let mut kinds: BTreeSet<Gvk> = initial
+            .into_iter()
+            .map(|(g, _)| g)
+            .chain(steps.into_iter().map(|s| s.gvk))
+            .collect();
+        kinds.extend(
+            self.handles
+                .iter()
+                .flatten()
+                .chain(self.read.iter().flatten())
+                .map(KindRef::gvk),
+        );
+        kinds.extend(
+            self.indexes
+                .iter()
+                .map(|i| Gvk::from_api_version(&i.api_version, &i.kind)),
+        );
         Ok(kinds)
     }
 
@@ -291,14 +371,21 @@ impl Script {
     pub fn handled_kinds(&self) -> BTreeSet<Gvk> {
         match &self.handles {
             Some(kinds) => kinds.iter().map(KindRef::gvk).collect(),
-            None => self.steps().map(|s| s.into_iter().map(|s| s.gvk).collect()).unwrap_or_default(),
+            None => self
+                .steps()
+                .map(|s| s.into_iter().map(|s| s.gvk).collect())
+                .unwrap_or_default(),
         }
     }
 
     /// The kinds the lister may read: `read` plus handled kinds, or every kind in the script.
     pub fn readable_kinds(&self) -> BTreeSet<Gvk> {
         match &self.read {
-            Some(kinds) => kinds.iter().map(KindRef::gvk).chain(self.handled_kinds()).collect(),
+            Some(kinds) => kinds
+                .iter()
+                .map(KindRef::gvk)
+                .chain(self.handled_kinds())
+                .collect(),
             None => self.kinds().unwrap_or_default(),
         }
     }
@@ -315,7 +402,12 @@ impl Script {
                 .map(|gvk| WriteGrant {
                     api_version: gvk.api_version(),
                     kind: gvk.kind,
-                    verbs: vec![WriteVerb::Apply, WriteVerb::Patch, WriteVerb::Create, WriteVerb::Delete],
+                    verbs: vec![
+                        WriteVerb::Apply,
+                        WriteVerb::Patch,
+                        WriteVerb::Create,
+                        WriteVerb::Delete,
+                    ],
                     namespaces: Vec::new(),
                     status: true,
                 })
@@ -332,8 +424,14 @@ impl Script {
     pub(crate) fn stores(&self) -> Result<Stores, ScriptError> {
         let mut indexes: HashMap<Gvk, Vec<IndexSpec>> = HashMap::new();
         for index in &self.indexes {
-            let spec = IndexSpec { name: index.name.clone(), path: index.field.clone() };
-            indexes.entry(Gvk::from_api_version(&index.api_version, &index.kind)).or_default().push(spec);
+            let spec = IndexSpec {
+                name: index.name.clone(),
+                path: index.field.clone(),
+            };
+            indexes
+                .entry(Gvk::from_api_version(&index.api_version, &index.kind))
+                .or_default()
+                .push(spec);
         }
         Ok(self
             .kinds()?
@@ -347,10 +445,18 @@ impl Script {
 }
 
 fn kind_of(at: &str, value: &Value) -> Result<Gvk, ScriptError> {
-    let field = |k: &str| value.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let field = |k: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
     match (field("apiVersion"), field("kind")) {
         (Some(api_version), Some(kind)) => Ok(Gvk::from_api_version(api_version, kind)),
-        _ => Err(ScriptError::invalid(at.to_owned(), "object needs apiVersion and kind")),
+        _ => Err(ScriptError::invalid(
+            at.to_owned(),
+            "object needs apiVersion and kind",
+        )),
     }
 }
 
@@ -372,13 +478,31 @@ events:
     fn numbers_resource_versions_and_keeps_uids_stable() {
         let script = Script::parse(SCRIPT).unwrap();
         let steps = script.steps().unwrap();
-        let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-        let Step::Add(add) = &steps[0].step else { panic!() };
-        let Step::Update(update) = &steps[1].step else { panic!() };
+        let rv = |v: &Value| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let Step::Add(add) = &steps[0].step else {
+            panic!()
+        };
+        let Step::Update(update) = &steps[1].step else {
+            panic!()
+        };
         assert_eq!((rv(add), rv(update)), ("2".to_owned(), "3".to_owned()));
         assert_eq!(add["metadata"]["uid"], update["metadata"]["uid"]);
-        assert!(matches!(steps[2].step, Step::Delete { final_state_unknown: true, .. }));
-        assert_eq!(steps.iter().map(|s| s.line).collect::<Vec<_>>(), [Some(5), Some(6), Some(7)]);
+        assert!(matches!(
+            steps[2].step,
+            Step::Delete {
+                final_state_unknown: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            steps.iter().map(|s| s.line).collect::<Vec<_>>(),
+            [Some(5), Some(6), Some(7)]
+        );
     }
 
     #[test]
@@ -394,11 +518,20 @@ events:
     fn rejects_steps_without_exactly_one_action_and_unknown_fields() {
         let both = "events:\n  - {add: {apiVersion: v1, kind: Pod, metadata: {name: a}}, delete: {apiVersion: v1, kind: Pod, metadata: {name: a}}}\n";
         let err = Script::parse(both).unwrap().steps().unwrap_err();
-        assert_eq!(err.to_string(), "events[0]: a step has exactly one of add, update, delete");
+        assert_eq!(
+            err.to_string(),
+            "events[0]: a step has exactly one of add, update, delete"
+        );
         let err = Script::parse("evnts: []").unwrap_err().to_string();
         assert!(err.contains("unknown field `evnts`"), "{err}");
-        let no_kind = Script::parse("events:\n  - add: {metadata: {name: a}}\n").unwrap().steps().unwrap_err();
-        assert_eq!(no_kind.to_string(), "events[0]: object needs apiVersion and kind");
+        let no_kind = Script::parse("events:\n  - add: {metadata: {name: a}}\n")
+            .unwrap()
+            .steps()
+            .unwrap_err();
+        assert_eq!(
+            no_kind.to_string(),
+            "events[0]: object needs apiVersion and kind"
+        );
     }
 }
 

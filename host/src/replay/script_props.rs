@@ -10,10 +10,45 @@ use crate::config::props::{document, garble};
 use crate::replay::Feed;
 
 const KEYS: &[&str] = &[
-    "initial", "handles", "read", "indexes", "events", "add", "update", "delete", "finalStateUnknown", "apiVersion", "kind",
-    "metadata", "name", "namespace", "uid", "resourceVersion", "labels", "field", "spec", "nodeName", "unknown",
+    "initial",
+    "handles",
+    "read",
+    "indexes",
+    "events",
+    "add",
+    "update",
+    "delete",
+    "finalStateUnknown",
+    "apiVersion",
+    "kind",
+    "metadata",
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "field",
+    "spec",
+    "nodeName",
+    "unknown",
 ];
-const VALUES: &[&str] = &["", "~", "-", "0", "v1", "Pod", "a", "[", "{", "{}", "[]", "{name: a}", "\"unterminated", "&anchor", "*anchor"];
+const VALUES: &[&str] = &[
+    "",
+    "~",
+    "-",
+    "0",
+    "v1",
+    "Pod",
+    "a",
+    "[",
+    "{",
+    "{}",
+    "[]",
+    "{name: a}",
+    "\"unterminated",
+    "&anchor",
+    "*anchor",
+];
 
 /// Mostly one of `good`, sometimes one of `bad`.
 fn mostly(good: Vec<Value>, bad: Vec<Value>) -> impl Strategy<Value = Value> {
@@ -52,12 +87,26 @@ fn step() -> impl Strategy<Value = Value> {
 }
 
 fn structured() -> impl Strategy<Value = String> {
-    let kinds = || mostly(vec![Value::Null, json!([{"apiVersion": "v1", "kind": "Pod"}])], vec![json!([{"apiVersion": "v1"}]), json!("x")]);
+    let kinds = || {
+        mostly(
+            vec![Value::Null, json!([{"apiVersion": "v1", "kind": "Pod"}])],
+            vec![json!([{"apiVersion": "v1"}]), json!("x")],
+        )
+    };
     let indexes = mostly(
-        vec![Value::Null, json!([{"apiVersion": "v1", "kind": "Pod", "name": "by-node", "field": "spec.nodeName"}])],
+        vec![
+            Value::Null,
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "by-node", "field": "spec.nodeName"}]),
+        ],
         vec![json!([{"apiVersion": "v1", "kind": "Pod", "name": "bad", "field": "spec.[["}])],
     );
-    let parts = (prop::collection::vec(object(), 0..4), prop::collection::vec(step(), 0..8), kinds(), kinds(), indexes);
+    let parts = (
+        prop::collection::vec(object(), 0..4),
+        prop::collection::vec(step(), 0..8),
+        kinds(),
+        kinds(),
+        indexes,
+    );
     parts.prop_map(|(initial, events, handles, read, indexes)| {
         let mut doc = json!({"initial": initial, "events": events, "handles": handles, "read": read, "indexes": indexes});
         doc.as_object_mut().unwrap().retain(|_, v| !v.is_null());

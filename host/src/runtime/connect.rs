@@ -17,7 +17,9 @@ pub enum ConnectError {
         source: kube::config::KubeconfigError,
     },
     /// No configuration could be inferred (no kubeconfig, not in a cluster).
-    #[error("cannot find cluster credentials: set cluster.kubeconfig, $KUBECONFIG or cluster.inCluster")]
+    #[error(
+        "cannot find cluster credentials: set cluster.kubeconfig, $KUBECONFIG or cluster.inCluster"
+    )]
     Infer(#[source] kube::config::InferConfigError),
     /// The in-cluster service account is not usable.
     #[error("cannot use the in-cluster service account")]
@@ -34,16 +36,30 @@ pub async fn connect(config: &HostConfig) -> Result<Client, ConnectError> {
         kube::Config::incluster().map_err(ConnectError::InCluster)?
     } else if let Some(path) = &cluster.kubeconfig {
         let path = config.base_dir.join(path);
-        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
-        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| ConnectError::Kubeconfig { path: path.clone(), source })?;
+        let options = kube::config::KubeConfigOptions {
+            context: cluster.context.clone(),
+            ..Default::default()
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|source| {
+            ConnectError::Kubeconfig {
+                path: path.clone(),
+                source,
+            }
+        })?;
         kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|source| ConnectError::Kubeconfig { path, source })?
     } else if cluster.context.is_some() {
-        let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };
+        let options = kube::config::KubeConfigOptions {
+            context: cluster.context.clone(),
+            ..Default::default()
+        };
         kube::Config::from_kubeconfig(&options)
             .await
-            .map_err(|source| ConnectError::Kubeconfig { path: "$KUBECONFIG".into(), source })?
+            .map_err(|source| ConnectError::Kubeconfig {
+                path: "$KUBECONFIG".into(),
+                source,
+            })?
     } else {
         kube::Config::infer().await.map_err(ConnectError::Infer)?
     };

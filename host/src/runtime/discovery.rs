@@ -18,11 +18,18 @@ pub struct Discovery {
 impl Discovery {
     /// Discovery through `client`.
     pub fn new(client: Client) -> Self {
-        Self { client, cache: Default::default() }
+        Self {
+            client,
+            cache: Default::default(),
+        }
     }
 
     /// The API resource `kind` names for `plugin`, and whether it is namespaced.
-    pub async fn resolve(&self, plugin: &str, kind: &KindRef) -> Result<(ApiResource, bool), RuntimeError> {
+    pub async fn resolve(
+        &self,
+        plugin: &str,
+        kind: &KindRef,
+    ) -> Result<(ApiResource, bool), RuntimeError> {
         let mut cache = self.cache.lock().await;
         if !cache.contains_key(&kind.api_version) {
             let (group, version) = kind.group_version();
@@ -34,15 +41,25 @@ impl Discovery {
                     .map(|(resource, caps)| (resource, caps.scope == Scope::Namespaced))
                     .collect(),
                 Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
-                Err(source) => return Err(RuntimeError::Discovery { plugin: plugin.to_owned(), kind: kind.to_string(), source }),
+                Err(source) => {
+                    return Err(RuntimeError::Discovery {
+                        plugin: plugin.to_owned(),
+                        kind: kind.to_string(),
+                        source,
+                    });
+                }
             };
             cache.insert(kind.api_version.clone(), resources);
         }
         cache[&kind.api_version]
             .iter()
-            .find(|(r, _)| Some(&r.kind) == kind.kind.as_ref() || Some(&r.plural) == kind.resource.as_ref())
+            .find(|(r, _)| {
+                Some(&r.kind) == kind.kind.as_ref() || Some(&r.plural) == kind.resource.as_ref()
+            })
             .cloned()
-            .ok_or_else(|| RuntimeError::NotServed { plugin: plugin.to_owned(), kind: kind.to_string() })
+            .ok_or_else(|| RuntimeError::NotServed {
+                plugin: plugin.to_owned(),
+                kind: kind.to_string(),
+            })
     }
 }
-

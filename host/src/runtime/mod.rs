@@ -16,16 +16,18 @@ use kube::discovery::ApiResource;
 
 pub use connect::{ConnectError, connect};
 pub use discovery::Discovery;
-pub use reload::{ReloadOutcome, ReloadReport};
 use reload::Request;
+pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
-use crate::error_chain;
 use crate::config::{HostConfig, KindRef, PluginConfig};
 use crate::dispatch::{DispatchedPlugin, PluginStatus, Source, StatusReport, TimedError};
+use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
 use crate::metrics::{InformerSample, InformerSampler, Metrics};
-use crate::plugin::{CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance};
+use crate::plugin::{
+    CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance,
+};
 
 /// How the runtime watches and where plugin logs go besides tracing.
 #[derive(Clone, Default)]
@@ -123,7 +125,12 @@ impl Runtime {
     /// Starts every configured plugin. A plugin that fails to start is logged and reported in
     /// [`Runtime::statuses`]; the others run. Also starts the reload task, through which every
     /// later change to the plugins goes (see [`reload`](self::reload)).
-    pub async fn start(config: HostConfig, client: Client, engine: Arc<PluginEngine>, mut options: RuntimeOptions) -> Arc<Self> {
+    pub async fn start(
+        config: HostConfig,
+        client: Client,
+        engine: Arc<PluginEngine>,
+        mut options: RuntimeOptions,
+    ) -> Arc<Self> {
         let plugins = config.plugins.clone();
         options.watch.max_object_bytes = config.host.max_object_bytes;
         let (reloads, requests) = tokio::sync::mpsc::unbounded_channel();
@@ -156,7 +163,10 @@ impl Runtime {
     fn record_failure(&self, name: &str, error: &RuntimeError) {
         let text = error_chain(error);
         tracing::error!(plugin.id = %name, error = %text, "plugin not started");
-        self.failed.lock().expect("failed lock").insert(name.to_owned(), TimedError::new(std::time::SystemTime::now(), text));
+        self.failed.lock().expect("failed lock").insert(
+            name.to_owned(),
+            TimedError::new(std::time::SystemTime::now(), text),
+        );
     }
 
     /// The configuration the runtime was started or last reloaded with.
@@ -184,7 +194,9 @@ impl Runtime {
     /// then live events. A running version of it is stopped first (it delivers what it has
     /// queued) before the new one delivers anything. Goes through the reload task.
     pub async fn add_plugin(&self, plugin: PluginConfig) -> Result<(), RuntimeError> {
-        self.request(|reply| Request::Add(plugin, reply)).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+        self.request(|reply| Request::Add(plugin, reply))
+            .await
+            .unwrap_or(Err(RuntimeError::ShuttingDown))
     }
 
     /// [`Runtime::add_plugin`], on the reload task.
@@ -198,16 +210,22 @@ impl Runtime {
         let mut handled = Vec::new();
         let mut listers = Vec::new();
         for (key, options) in wiring.handled.iter().chain(wiring.read.iter()) {
-            let informer = self.factory.informer(key.clone(), options).map_err(|source| RuntimeError::Informer {
-                plugin: name.clone(),
-                kind: key.resource_name(),
-                source,
-            })?;
+            let informer = self
+                .factory
+                .informer(key.clone(), options)
+                .map_err(|source| RuntimeError::Informer {
+                    plugin: name.clone(),
+                    kind: key.resource_name(),
+                    source,
+                })?;
             listers.push(informer.lister());
         }
         for ((key, _), lister) in wiring.handled.iter().zip(&listers) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
-            handled.push(Source { gvk: key.gvk(), lister: lister.clone() });
+            handled.push(Source {
+                gvk: key.gvk(),
+                lister: lister.clone(),
+            });
         }
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
@@ -217,7 +235,9 @@ impl Runtime {
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
         let timeout = self.config().host.shutdown_timeout;
         let mut plugins = self.plugins.lock().await;
-        let previous = plugins.remove(&name).map(|previous| (previous.dispatched, timeout));
+        let previous = plugins
+            .remove(&name)
+            .map(|previous| (previous.dispatched, timeout));
         let dispatched = DispatchedPlugin::start(
             instance,
             plugin.max_queued_events,
@@ -229,21 +249,49 @@ impl Runtime {
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
         self.failed.lock().expect("failed lock").remove(&name);
-        plugins.insert(name, Running { dispatched, config: plugin, grants });
+        plugins.insert(
+            name,
+            Running {
+                dispatched,
+                config: plugin,
+                grants,
+            },
+        );
         Ok(())
     }
 
     async fn load(&self, plugin: &PluginConfig) -> Result<LoadedPlugin, RuntimeError> {
-        let (engine, name, path) = (self.engine.clone(), plugin.name.to_string(), self.config().wasm_path(plugin));
+        let (engine, name, path) = (
+            self.engine.clone(),
+            plugin.name.to_string(),
+            self.config().wasm_path(plugin),
+        );
         let loaded = tokio::task::spawn_blocking(move || LoadedPlugin::load(&engine, &name, &path));
         Ok(loaded.await.expect("plugin load task panicked")?)
     }
 
-    async fn start_instance(&self, plugin: &PluginConfig, loaded: LoadedPlugin, grants: Grants) -> Result<PluginInstance, RuntimeError> {
-        let (limits, config, name) = (plugin.limits.clone(), plugin.config_json(), plugin.name.to_string());
+    async fn start_instance(
+        &self,
+        plugin: &PluginConfig,
+        loaded: LoadedPlugin,
+        grants: Grants,
+    ) -> Result<PluginInstance, RuntimeError> {
+        let (limits, config, name) = (
+            plugin.limits.clone(),
+            plugin.config_json(),
+            plugin.name.to_string(),
+        );
         let observer = self.log_observer.clone();
-        let started = tokio::task::spawn_blocking(move || PluginInstance::start(loaded, limits, grants, &config, observer));
-        started.await.expect("plugin start task panicked").map_err(|source| RuntimeError::Start { plugin: name, source })
+        let started = tokio::task::spawn_blocking(move || {
+            PluginInstance::start(loaded, limits, grants, &config, observer)
+        });
+        started
+            .await
+            .expect("plugin start task panicked")
+            .map_err(|source| RuntimeError::Start {
+                plugin: name,
+                source,
+            })
     }
 
     /// Resolves the plugin's kinds and builds its informer keys and store options.
@@ -252,10 +300,20 @@ impl Runtime {
         let mut indexes: Vec<(Gvk, IndexSpec)> = Vec::new();
         for index in &plugin.indexes {
             let (resource, _) = self.resolve(plugin, &index.kind_ref()).await?;
-            indexes.push((gvk_of(&resource), IndexSpec { name: index.name.clone(), path: index.field.clone() }));
+            indexes.push((
+                gvk_of(&resource),
+                IndexSpec {
+                    name: index.name.clone(),
+                    path: index.field.clone(),
+                },
+            ));
         }
         let options_for = |gvk: &Gvk| StoreOptions {
-            indexes: indexes.iter().filter(|(g, _)| g == gvk).map(|(_, spec)| spec.clone()).collect(),
+            indexes: indexes
+                .iter()
+                .filter(|(g, _)| g == gvk)
+                .map(|(_, spec)| spec.clone())
+                .collect(),
             strip_managed_fields: strip,
         };
         let mut handled = Vec::new();
@@ -286,7 +344,11 @@ impl Runtime {
         Ok(Wiring { handled, read })
     }
 
-    async fn resolve(&self, plugin: &PluginConfig, kind: &KindRef) -> Result<(ApiResource, bool), RuntimeError> {
+    async fn resolve(
+        &self,
+        plugin: &PluginConfig,
+        kind: &KindRef,
+    ) -> Result<(ApiResource, bool), RuntimeError> {
         self.discovery.resolve(plugin.name.as_str(), kind).await
     }
 
@@ -294,21 +356,36 @@ impl Runtime {
     /// cache) and delivers what it has queued. Goes through the reload task.
     pub async fn remove_plugin(&self, name: &str) -> Result<(), RuntimeError> {
         let name = name.to_owned();
-        self.request(|reply| Request::Remove(name, reply)).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+        self.request(|reply| Request::Remove(name, reply))
+            .await
+            .unwrap_or(Err(RuntimeError::ShuttingDown))
     }
 
     /// [`Runtime::remove_plugin`], on the reload task.
     async fn stop_plugin(&self, name: &str) -> Result<(), RuntimeError> {
-        let removed = self.plugins.lock().await.remove(name).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
+        let removed = self
+            .plugins
+            .lock()
+            .await
+            .remove(name)
+            .ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
         let timeout = self.config().host.shutdown_timeout;
-        tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout)).await.expect("plugin stop task panicked");
+        tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout))
+            .await
+            .expect("plugin stop task panicked");
         tracing::info!(plugin.id = %name, "plugin removed");
         Ok(())
     }
 
     /// Every plugin's status, failed ones included.
     pub async fn statuses(&self) -> Vec<StatusReport> {
-        let mut reports: Vec<StatusReport> = self.plugins.lock().await.values().map(|r| r.dispatched.report()).collect();
+        let mut reports: Vec<StatusReport> = self
+            .plugins
+            .lock()
+            .await
+            .values()
+            .map(|r| r.dispatched.report())
+            .collect();
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(PluginStatus::failed_report(name, error.clone()));
         }
@@ -318,7 +395,11 @@ impl Runtime {
 
     /// Whether every running plugin has processed its initial list.
     pub async fn is_synced(&self) -> bool {
-        self.plugins.lock().await.values().all(|p| p.dispatched.status().is_synced())
+        self.plugins
+            .lock()
+            .await
+            .values()
+            .all(|p| p.dispatched.status().is_synced())
     }
 
     /// Waits until every running plugin is synced, or `timeout`; returns whether they are.
@@ -378,11 +459,23 @@ fn informer_sampler(factory: InformerFactory) -> InformerSampler {
                 .collect();
                 InformerSample {
                     resource: key.resource_name(),
-                    namespace: if key.namespaced { key.namespace_label().to_owned() } else { String::new() },
+                    namespace: if key.namespaced {
+                        key.namespace_label().to_owned()
+                    } else {
+                        String::new()
+                    },
                     selector: selector.join("; "),
                     objects: status.objects as u64,
-                    events: [("added", status.deltas.added), ("updated", status.deltas.updated), ("deleted", status.deltas.deleted)],
-                    lists: [("start", status.lists - status.relists), ("410", status.relists_expired), ("error", relists_other)],
+                    events: [
+                        ("added", status.deltas.added),
+                        ("updated", status.deltas.updated),
+                        ("deleted", status.deltas.deleted),
+                    ],
+                    lists: [
+                        ("start", status.lists - status.relists),
+                        ("410", status.relists_expired),
+                        ("error", relists_other),
+                    ],
                     watch_restarts: status.errors,
                     seconds_since_last_event: status
                         .last_event_at
@@ -395,5 +488,9 @@ fn informer_sampler(factory: InformerFactory) -> InformerSampler {
 }
 
 fn gvk_of(resource: &ApiResource) -> Gvk {
-    Gvk { group: resource.group.clone(), version: resource.version.clone(), kind: resource.kind.clone() }
+    Gvk {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        kind: resource.kind.clone(),
+    }
 }

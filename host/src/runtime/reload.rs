@@ -19,13 +19,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Runtime, RuntimeError};
-use crate::error_chain;
 use crate::config::{HostConfig, PluginConfig};
+use crate::error_chain;
 
 /// What a reload did to one plugin. In JSON, one object whose `outcome` names the variant
 /// (`swapped`, `unchanged`, `added`, `rewired`, `removed`, `failed`) beside the variant's fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "outcome")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "outcome"
+)]
 pub enum ReloadOutcome {
     /// A new version was swapped in.
     Swapped {
@@ -58,7 +62,9 @@ impl Runtime {
     /// Reads the configuration file again and applies it (see [`Runtime::apply_config`]). An
     /// invalid file changes nothing; its problems are returned. Goes through the reload task.
     pub async fn reload_config(&self) -> Result<ReloadReport, crate::config::ConfigError> {
-        self.request(Request::ReadConfig).await.unwrap_or_else(|| Ok(ReloadReport::default()))
+        self.request(Request::ReadConfig)
+            .await
+            .unwrap_or_else(|| Ok(ReloadReport::default()))
     }
 
     /// [`Runtime::reload_config`], on the reload task.
@@ -88,7 +94,11 @@ impl ReloadOutcome {
     pub fn log(&self, plugin: &str) {
         let outcome = self.name();
         match self {
-            Self::Swapped { version, prepare_ms, replayed } => tracing::info!(
+            Self::Swapped {
+                version,
+                prepare_ms,
+                replayed,
+            } => tracing::info!(
                 plugin.id = %plugin, reload.outcome = outcome, plugin.version = %short(version),
                 reload.prepareMs = prepare_ms, reload.replayed = replayed, "reload outcome"
             ),
@@ -104,8 +114,16 @@ impl std::fmt::Display for ReloadOutcome {
     /// `swapped to 3f2a9c81d0e4 (prepared in 41 ms, 120 objects replayed)`, `failed: …`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Swapped { version, prepare_ms, replayed } => {
-                write!(f, "swapped to {} (prepared in {prepare_ms} ms", short(version))?;
+            Self::Swapped {
+                version,
+                prepare_ms,
+                replayed,
+            } => {
+                write!(
+                    f,
+                    "swapped to {} (prepared in {prepare_ms} ms",
+                    short(version)
+                )?;
                 if let Some(replayed) = replayed {
                     write!(f, ", {replayed} objects replayed")?;
                 }
@@ -127,7 +145,10 @@ fn short(version: &str) -> &str {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadReport {
     /// `(plugin, outcome)` in name order.
-    #[serde(serialize_with = "plugins_as_objects", deserialize_with = "plugins_from_objects")]
+    #[serde(
+        serialize_with = "plugins_as_objects",
+        deserialize_with = "plugins_from_objects"
+    )]
     pub plugins: Vec<(String, ReloadOutcome)>,
 }
 
@@ -147,28 +168,46 @@ struct OwnedPluginReload {
     outcome: ReloadOutcome,
 }
 
-fn plugins_from_objects<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, ReloadOutcome)>, D::Error> {
+fn plugins_from_objects<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(String, ReloadOutcome)>, D::Error> {
     let entries = Vec::<OwnedPluginReload>::deserialize(deserializer)?;
     Ok(entries.into_iter().map(|e| (e.name, e.outcome)).collect())
 }
 
-fn plugins_as_objects<S: serde::Serializer>(plugins: &[(String, ReloadOutcome)], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(plugins.iter().map(|(name, outcome)| PluginReload { name, outcome }))
+fn plugins_as_objects<S: serde::Serializer>(
+    plugins: &[(String, ReloadOutcome)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(
+        plugins
+            .iter()
+            .map(|(name, outcome)| PluginReload { name, outcome }),
+    )
 }
 
 impl Runtime {
     /// Loads the plugin's wasm file again and swaps it in if its content changed (or if `force`).
     /// Goes through the reload task.
-    pub async fn reload_plugin(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
+    pub async fn reload_plugin(
+        &self,
+        name: &str,
+        force: bool,
+    ) -> Result<ReloadOutcome, RuntimeError> {
         let name = name.to_owned();
-        self.request(|reply| Request::Plugin { name, force, reply }).await.unwrap_or(Err(RuntimeError::ShuttingDown))
+        self.request(|reply| Request::Plugin { name, force, reply })
+            .await
+            .unwrap_or(Err(RuntimeError::ShuttingDown))
     }
 
     /// [`Runtime::reload_plugin`], on the reload task.
     async fn reload_one(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
         let config = {
             let plugins = self.plugins.lock().await;
-            plugins.get(name).map(|r| r.config.clone()).ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?
+            plugins
+                .get(name)
+                .map(|r| r.config.clone())
+                .ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?
         };
         Ok(self.swap(config, force).await)
     }
@@ -181,8 +220,14 @@ impl Runtime {
             let loaded = self.load(&config).await?;
             let (grants, running_digest, running_config) = {
                 let plugins = self.plugins.lock().await;
-                let running = plugins.get(&name).ok_or_else(|| RuntimeError::UnknownPlugin(name.clone()))?;
-                (running.grants.clone(), running.dispatched.report().version, running.config.clone())
+                let running = plugins
+                    .get(&name)
+                    .ok_or_else(|| RuntimeError::UnknownPlugin(name.clone()))?;
+                (
+                    running.grants.clone(),
+                    running.dispatched.report().version,
+                    running.config.clone(),
+                )
             };
             if !force && loaded.digest() == running_digest && running_config == config {
                 return Ok(None);
@@ -195,7 +240,9 @@ impl Runtime {
         let prepare_ms = started.elapsed().as_millis() as u64;
         let mut plugins = self.plugins.lock().await;
         let Some(running) = plugins.get_mut(&name) else {
-            return ReloadOutcome::Failed { error: format!("plugin {name} stopped during the reload") };
+            return ReloadOutcome::Failed {
+                error: format!("plugin {name} stopped during the reload"),
+            };
         };
         match result {
             Ok(None) => ReloadOutcome::Unchanged,
@@ -205,9 +252,17 @@ impl Runtime {
                 running.config = config;
                 drop(plugins);
                 // The worker swaps between two events: at most one call's deadline away.
-                let replayed = tokio::task::spawn_blocking(move || swapped.recv()).await.ok().and_then(Result::ok).flatten();
+                let replayed = tokio::task::spawn_blocking(move || swapped.recv())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten();
                 tracing::info!(plugin.id = %name, plugin.version = %short(&version), reload.prepareMs = prepare_ms, reload.replayed = replayed, "plugin reloaded");
-                ReloadOutcome::Swapped { version, prepare_ms, replayed }
+                ReloadOutcome::Swapped {
+                    version,
+                    prepare_ms,
+                    replayed,
+                }
             }
             Err(e) => {
                 let error = error_chain(&e);
@@ -223,13 +278,20 @@ impl Runtime {
     /// Host-level settings other than plugins take effect at the next start. Goes through the
     /// reload task.
     pub async fn apply_config(&self, config: HostConfig) -> ReloadReport {
-        self.request(|reply| Request::Apply(config, reply)).await.unwrap_or_default()
+        self.request(|reply| Request::Apply(config, reply))
+            .await
+            .unwrap_or_default()
     }
 
     /// [`Runtime::apply_config`], on the reload task.
     async fn apply(&self, config: HostConfig) -> ReloadReport {
-        let running: Vec<(String, PluginConfig)> =
-            self.plugins.lock().await.iter().map(|(name, r)| (name.clone(), r.config.clone())).collect();
+        let running: Vec<(String, PluginConfig)> = self
+            .plugins
+            .lock()
+            .await
+            .iter()
+            .map(|(name, r)| (name.clone(), r.config.clone()))
+            .collect();
         {
             let mut current = self.config.lock().expect("config lock");
             current.plugins = config.plugins.clone();
@@ -237,26 +299,41 @@ impl Runtime {
             current.path = config.path.clone().or(current.path.take());
         }
         let mut report = ReloadReport::default();
-        for (name, _) in running.iter().filter(|(name, _)| config.plugin(name).is_none()) {
+        for (name, _) in running
+            .iter()
+            .filter(|(name, _)| config.plugin(name).is_none())
+        {
             let outcome = match self.stop_plugin(name).await {
                 Ok(()) => ReloadOutcome::Removed,
-                Err(e) => ReloadOutcome::Failed { error: error_chain(&e) },
+                Err(e) => ReloadOutcome::Failed {
+                    error: error_chain(&e),
+                },
             };
             report.plugins.push((name.clone(), outcome));
         }
         // A plugin that failed to start and is no longer configured leaves the status.
         let forgotten: Vec<String> = {
             let mut failed = self.failed.lock().expect("failed lock");
-            let gone: Vec<String> = failed.keys().filter(|name| config.plugin(name).is_none()).cloned().collect();
+            let gone: Vec<String> = failed
+                .keys()
+                .filter(|name| config.plugin(name).is_none())
+                .cloned()
+                .collect();
             gone.iter().for_each(|name| drop(failed.remove(name)));
             gone
         };
-        report.plugins.extend(forgotten.into_iter().map(|name| (name, ReloadOutcome::Removed)));
+        report.plugins.extend(
+            forgotten
+                .into_iter()
+                .map(|name| (name, ReloadOutcome::Removed)),
+        );
         for plugin in config.plugins {
             let name = plugin.name.to_string();
             let previous = running.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
             let outcome = match previous {
-                Some(previous) if same_subscriptions(previous, &plugin) => self.swap(plugin, false).await,
+                Some(previous) if same_subscriptions(previous, &plugin) => {
+                    self.swap(plugin, false).await
+                }
                 Some(_) => match self.start_plugin(plugin).await {
                     Ok(()) => ReloadOutcome::Rewired,
                     Err(e) => {
@@ -274,7 +351,9 @@ impl Runtime {
                     Ok(()) => ReloadOutcome::Added,
                     Err(e) => {
                         self.record_failure(&name, &e);
-                        ReloadOutcome::Failed { error: error_chain(&e) }
+                        ReloadOutcome::Failed {
+                            error: error_chain(&e),
+                        }
                     }
                 },
             };
@@ -287,7 +366,11 @@ impl Runtime {
 
 /// Whether two versions of a plugin's config subscribe to the same things (so a swap suffices).
 fn same_subscriptions(a: &PluginConfig, b: &PluginConfig) -> bool {
-    a.handles == b.handles && a.read == b.read && a.indexes == b.indexes && a.resync == b.resync && a.max_queued_events == b.max_queued_events
+    a.handles == b.handles
+        && a.read == b.read
+        && a.indexes == b.indexes
+        && a.resync == b.resync
+        && a.max_queued_events == b.max_queued_events
 }
 
 /// A change to the running plugins, with where its report goes.
@@ -315,7 +398,10 @@ pub(super) enum Request {
 
 impl Runtime {
     /// Sends a request to the reload task and awaits its answer; `None` if the task is gone.
-    pub(super) async fn request<T>(&self, request: impl FnOnce(oneshot::Sender<T>) -> Request) -> Option<T> {
+    pub(super) async fn request<T>(
+        &self,
+        request: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Option<T> {
         let (reply, answer) = oneshot::channel();
         self.reloads.send(request(reply)).ok()?;
         answer.await.ok()
@@ -329,17 +415,25 @@ pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedR
     let mut shut_down = false;
     while let Some(request) = requests.recv().await {
         // Held for one request only: the task must not keep the runtime alive.
-        let Some(runtime) = runtime.upgrade() else { break };
+        let Some(runtime) = runtime.upgrade() else {
+            break;
+        };
         match request {
             Request::ReadConfig(reply) if shut_down => answer(reply, Ok(ReloadReport::default())),
             Request::ReadConfig(reply) => answer(reply, runtime.read_config().await),
             Request::Apply(_, reply) if shut_down => answer(reply, ReloadReport::default()),
             Request::Apply(config, reply) => answer(reply, runtime.apply(config).await),
-            Request::Plugin { reply, .. } if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
-            Request::Plugin { name, force, reply } => answer(reply, runtime.reload_one(&name, force).await),
+            Request::Plugin { reply, .. } if shut_down => {
+                answer(reply, Err(RuntimeError::ShuttingDown))
+            }
+            Request::Plugin { name, force, reply } => {
+                answer(reply, runtime.reload_one(&name, force).await)
+            }
             Request::Add(_, reply) if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
             Request::Add(plugin, reply) => answer(reply, runtime.start_plugin(plugin).await),
-            Request::Remove(_, reply) if shut_down => answer(reply, Err(RuntimeError::ShuttingDown)),
+            Request::Remove(_, reply) if shut_down => {
+                answer(reply, Err(RuntimeError::ShuttingDown))
+            }
             Request::Remove(name, reply) => answer(reply, runtime.stop_plugin(&name).await),
             Request::Shutdown(reply) => {
                 if !shut_down {
@@ -365,9 +459,28 @@ mod tests {
     fn a_report_is_a_list_of_objects_with_camel_case_fields() {
         let report = ReloadReport {
             plugins: vec![
-                ("a".into(), ReloadOutcome::Swapped { version: "0123456789abcdef".into(), prepare_ms: 41, replayed: Some(3) }),
-                ("b".into(), ReloadOutcome::Swapped { version: "fedcba9876543210".into(), prepare_ms: 2, replayed: None }),
-                ("c".into(), ReloadOutcome::Failed { error: "plugin c: cannot read c.wasm".into() }),
+                (
+                    "a".into(),
+                    ReloadOutcome::Swapped {
+                        version: "0123456789abcdef".into(),
+                        prepare_ms: 41,
+                        replayed: Some(3),
+                    },
+                ),
+                (
+                    "b".into(),
+                    ReloadOutcome::Swapped {
+                        version: "fedcba9876543210".into(),
+                        prepare_ms: 2,
+                        replayed: None,
+                    },
+                ),
+                (
+                    "c".into(),
+                    ReloadOutcome::Failed {
+                        error: "plugin c: cannot read c.wasm".into(),
+                    },
+                ),
                 ("d".into(), ReloadOutcome::Unchanged),
             ],
         };
@@ -380,9 +493,16 @@ mod tests {
                 {"name": "d", "outcome": "unchanged"},
             ]})
         );
-        let read_back: ReloadReport = serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
+        let read_back: ReloadReport =
+            serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
         assert_eq!(read_back, report);
-        assert_eq!(report.plugins[0].1.to_string(), "swapped to 0123456789ab (prepared in 41 ms, 3 objects replayed)");
-        assert_eq!(report.plugins[2].1.to_string(), "failed: plugin c: cannot read c.wasm");
+        assert_eq!(
+            report.plugins[0].1.to_string(),
+            "swapped to 0123456789ab (prepared in 41 ms, 3 objects replayed)"
+        );
+        assert_eq!(
+            report.plugins[2].1.to_string(),
+            "failed: plugin c: cannot read c.wasm"
+        );
     }
 }

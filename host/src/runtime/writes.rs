@@ -19,19 +19,40 @@ pub(super) struct Writes {
 impl Writes {
     /// Writes through `client` (with `dryRun=All` if `dry_run`), on the current tokio runtime.
     pub fn new(client: kube::Client, dry_run: bool) -> Self {
-        Self { sender: Arc::new(ApiSender::new(client, dry_run)), runtime: tokio::runtime::Handle::current(), writers: Default::default() }
+        Self {
+            sender: Arc::new(ApiSender::new(client, dry_run)),
+            runtime: tokio::runtime::Handle::current(),
+            writers: Default::default(),
+        }
     }
 
     /// `grants` plus what `plugin`'s config lets it write.
     pub fn grant(&self, plugin: &PluginConfig, mut grants: Grants) -> Grants {
         let limits = &plugin.limits;
-        let settings = WriteSettings { qps: limits.write_qps, burst: limits.write_burst, timeout: limits.write_timeout };
+        let settings = WriteSettings {
+            qps: limits.write_qps,
+            burst: limits.write_burst,
+            timeout: limits.write_timeout,
+        };
         let writer = {
             let mut writers = self.writers.lock().expect("writers lock");
-            let sink = Sink::Api { sender: self.sender.clone(), runtime: self.runtime.clone() };
-            writers.entry(plugin.name.to_string()).or_insert_with(|| Arc::new(PluginWriter::new(plugin.name.as_str(), settings, sink))).clone()
+            let sink = Sink::Api {
+                sender: self.sender.clone(),
+                runtime: self.runtime.clone(),
+            };
+            writers
+                .entry(plugin.name.to_string())
+                .or_insert_with(|| {
+                    Arc::new(PluginWriter::new(plugin.name.as_str(), settings, sink))
+                })
+                .clone()
         };
-        grants.grant_writes(Arc::new(WriteAccess::new(plugin.write.clone(), plugin.events, limits, writer)));
+        grants.grant_writes(Arc::new(WriteAccess::new(
+            plugin.write.clone(),
+            plugin.events,
+            limits,
+            writer,
+        )));
         grants
     }
 }

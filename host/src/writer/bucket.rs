@@ -15,7 +15,11 @@ impl TokenBucket {
     /// A full bucket.
     pub fn new(qps: u32, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
-        Self { qps: f64::from(qps.max(1)), burst, state: Mutex::new((burst, Instant::now())) }
+        Self {
+            qps: f64::from(qps.max(1)),
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
     }
 
     /// Takes a token, reserving one ahead if none is left; returns how long the caller must wait
@@ -25,7 +29,11 @@ impl TokenBucket {
         let now = Instant::now();
         let (tokens, at) = *state;
         let tokens = (tokens + now.duration_since(at).as_secs_f64() * self.qps).min(self.burst);
-        let wait = if tokens >= 1.0 { Duration::ZERO } else { Duration::from_secs_f64((1.0 - tokens) / self.qps) };
+        let wait = if tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - tokens) / self.qps)
+        };
         if wait > max_wait {
             *state = (tokens, now);
             return None;
@@ -46,9 +54,17 @@ mod tests {
             assert_eq!(bucket.reserve(Duration::ZERO), Some(Duration::ZERO));
         }
         assert_eq!(bucket.reserve(Duration::ZERO), None, "the burst is spent");
-        let wait = bucket.reserve(Duration::from_secs(1)).expect("a token within a second");
-        assert!(wait > Duration::from_millis(50) && wait <= Duration::from_millis(100), "{wait:?}");
+        let wait = bucket
+            .reserve(Duration::from_secs(1))
+            .expect("a token within a second");
+        assert!(
+            wait > Duration::from_millis(50) && wait <= Duration::from_millis(100),
+            "{wait:?}"
+        );
         let next = bucket.reserve(Duration::from_secs(1)).unwrap();
-        assert!(next > wait, "reservations queue up: {next:?} after {wait:?}");
+        assert!(
+            next > wait,
+            "reservations queue up: {next:?} after {wait:?}"
+        );
     }
 }

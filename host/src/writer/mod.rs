@@ -17,10 +17,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use crate::config::WriteVerb as Verb;
 pub use api::ApiSender;
 pub use bucket::TokenBucket;
-pub use crate::config::WriteVerb as Verb;
-pub use request::{Cause, EventType, PatchType, Propagation, RefusedBy, Target, WriteError, WriteRequest, target_of};
+pub use request::{
+    Cause, EventType, PatchType, Propagation, RefusedBy, Target, WriteError, WriteRequest,
+    target_of,
+};
 
 /// The field manager (and Event reporting controller) of `plugin`'s writes.
 pub fn field_manager(plugin: &str) -> String {
@@ -86,7 +89,12 @@ pub struct PluginWriter {
 impl PluginWriter {
     /// A writer for `plugin` sending to `sink`.
     pub fn new(plugin: &str, settings: WriteSettings, sink: Sink) -> Self {
-        Self { plugin: plugin.into(), bucket: TokenBucket::new(settings.qps, settings.burst), timeout: settings.timeout, sink }
+        Self {
+            plugin: plugin.into(),
+            bucket: TokenBucket::new(settings.qps, settings.burst),
+            timeout: settings.timeout,
+            sink,
+        }
     }
 
     /// The plugin's name.
@@ -108,24 +116,37 @@ impl PluginWriter {
         let outcome = match &self.sink {
             Sink::Record(recording) => {
                 let stored = match &request {
-                    WriteRequest::Apply { object, .. } | WriteRequest::Create { object } => object.to_string(),
+                    WriteRequest::Apply { object, .. } | WriteRequest::Create { object } => {
+                        object.to_string()
+                    }
                     _ => String::new(),
                 };
-                let write = RecordedWrite { field_manager: field_manager(&self.plugin), request };
+                let write = RecordedWrite {
+                    field_manager: field_manager(&self.plugin),
+                    request,
+                };
                 recording.0.lock().expect("recording lock").push(write);
                 Ok(stored)
             }
             Sink::Api { sender, runtime } => {
-                let (sender, plugin, remaining) = (sender.clone(), self.plugin.clone(), self.timeout.saturating_sub(started.elapsed()));
+                let (sender, plugin, remaining) = (
+                    sender.clone(),
+                    self.plugin.clone(),
+                    self.timeout.saturating_sub(started.elapsed()),
+                );
                 let (tx, rx) = std::sync::mpsc::channel();
                 let target = request.target();
                 runtime.spawn(async move {
-                    let outcome = tokio::time::timeout(remaining, sender.send(&plugin, &request)).await;
+                    let outcome =
+                        tokio::time::timeout(remaining, sender.send(&plugin, &request)).await;
                     let _ = tx.send(outcome);
                 });
                 match rx.recv() {
                     Ok(Ok(outcome)) => outcome,
-                    Ok(Err(_elapsed)) => Err(WriteError::Unavailable(format!("no answer for {target} within limits.writeTimeout ({:?})", self.timeout))),
+                    Ok(Err(_elapsed)) => Err(WriteError::Unavailable(format!(
+                        "no answer for {target} within limits.writeTimeout ({:?})",
+                        self.timeout
+                    ))),
                     Err(_) => Err(WriteError::Unavailable("the host is shutting down".into())),
                 }
             }

@@ -34,7 +34,11 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.namespace.is_empty() {
             true => write!(f, "{} {} {}", self.api_version, self.kind, self.name),
-            false => write!(f, "{} {} {}/{}", self.api_version, self.kind, self.namespace, self.name),
+            false => write!(
+                f,
+                "{} {} {}/{}",
+                self.api_version, self.kind, self.namespace, self.name
+            ),
         }
     }
 }
@@ -230,6 +234,9 @@ pub enum WriteError {
 impl WriteError {
     /// An `invalid` error without causes.
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::Invalid { message: message.into(), causes: Vec::new() }
+        Self::Invalid {
+            message: message.into(),
+            causes: Vec::new(),
+        }
     }
 }

@@ -76,7 +76,9 @@ pub fn measure_batches(mut batch: impl FnMut(u64) -> Duration) -> Stats {
     let iters = calibrate(&mut batch);
     let mut samples = Vec::new();
     let measuring = Instant::now();
-    while samples.len() < MAX_BATCHES && (samples.len() < MIN_BATCHES || measuring.elapsed() < MEASURE) {
+    while samples.len() < MAX_BATCHES
+        && (samples.len() < MIN_BATCHES || measuring.elapsed() < MEASURE)
+    {
         samples.push(per_op(batch(iters), iters));
     }
     Stats::of(samples, iters)
@@ -88,13 +90,18 @@ pub fn measure_pair(mut a: impl FnMut(), mut b: impl FnMut()) -> Pair {
     let iters_b = calibrate(&mut |n| timed(&mut b, n));
     let (mut ratios, mut differences) = (Vec::new(), Vec::new());
     let measuring = Instant::now();
-    while ratios.len() < MAX_BATCHES && (ratios.len() < MIN_BATCHES || measuring.elapsed() < 2 * MEASURE) {
+    while ratios.len() < MAX_BATCHES
+        && (ratios.len() < MIN_BATCHES || measuring.elapsed() < 2 * MEASURE)
+    {
         let time_a = per_op(timed(&mut a, iters_a), iters_a);
         let time_b = per_op(timed(&mut b, iters_b), iters_b);
         ratios.push(time_a / time_b);
         differences.push(time_a - time_b);
     }
-    Pair { ratio: Stats::of(ratios, iters_a), difference: Stats::of(differences, iters_a) }
+    Pair {
+        ratio: Stats::of(ratios, iters_a),
+        difference: Stats::of(differences, iters_a),
+    }
 }
 
 /// Warms up, doubling the batch until it takes about [`TARGET_BATCH`], and returns the batch size

@@ -38,7 +38,10 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
             verdict(format!("≤ 1.5× native: {ratio:.2}×"), ratio <= 1.5)
         }
         "5a-lister-get" => {
-            let paired = bench.pairs.get("pair-get").map(|(_, p)| p.difference.median);
+            let paired = bench
+                .pairs
+                .get("pair-get")
+                .map(|(_, p)| p.difference.median);
             let get = paired.or_else(|| Some(m(id)? - m("1-empty")?))?;
             verdict(format!("the get < 2 µs: {}", us(get)), get < 2000.0)
         }
@@ -90,15 +93,21 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
     };
     push(
         "labels handler, wasm / native (2 / 4a)",
-        m("2-labels-wasm").zip(m("4a-labels-native")).map(|(w, n)| format!("{:.0}×", w / n)),
+        m("2-labels-wasm")
+            .zip(m("4a-labels-native"))
+            .map(|(w, n)| format!("{:.0}×", w / n)),
     );
     push(
         "decode handler, wasm / native with the copy (3 / 4d)",
-        m("3-decode-wasm").zip(m("4d-decode-native-copy")).map(|(w, n)| format!("{:.2}×", w / n)),
+        m("3-decode-wasm")
+            .zip(m("4d-decode-native-copy"))
+            .map(|(w, n)| format!("{:.2}×", w / n)),
     );
     push(
         "`start` beyond one empty call (6a − 8b)",
-        m("6a-start-empty").zip(m("8b-empty-minimal")).map(|(a, b)| us(a - b)),
+        m("6a-start-empty")
+            .zip(m("8b-empty-minimal"))
+            .map(|(a, b)| us(a - b)),
     );
     push(
         "cached load not spent reading and hashing (7b − 7e − 7f)",
@@ -112,7 +121,10 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
             &format!("RSS per live instance, idle after `start` ({RSS_INSTANCES} instances)"),
             Some(format!("{idle:.0} KiB")),
         );
-        push("RSS per live instance, after one realistic-Pod event", Some(format!("{touched:.0} KiB")));
+        push(
+            "RSS per live instance, after one realistic-Pod event",
+            Some(format!("{touched:.0} KiB")),
+        );
     }
     if !derived.is_empty() {
         println!("\n| derived | value |\n|---|--:|");
@@ -121,7 +133,9 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
         }
     }
 
-    println!("\n| object (as cached: managed fields stripped) | body bytes | labels |\n|---|--:|--:|");
+    println!(
+        "\n| object (as cached: managed fields stripped) | body bytes | labels |\n|---|--:|--:|"
+    );
     for (name, obj) in [
         ("realistic Pod", &objects.realistic),
         ("metadata only", &objects.metadata_only),
@@ -131,7 +145,9 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
     }
 
     println!("\n| component | .wasm bytes |\n|---|--:|");
-    for (package, path) in guests::ALL.iter().filter(|(p, _)| p.starts_with("guest-bench-") || !p.starts_with("guest-"))
+    for (package, path) in guests::ALL
+        .iter()
+        .filter(|(p, _)| p.starts_with("guest-bench-") || !p.starts_with("guest-"))
     {
         let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         println!("| {package} | {} |", ns(bytes as f64));

@@ -3,14 +3,23 @@
 
 use super::HostState;
 use crate::plugin::bindings::wasmformer::plugin::{lister, log, types};
-use crate::plugin::bindings_v02::wasmformer::plugin::{lister as old_lister, log as old_log, types as old_types};
+use crate::plugin::bindings_v02::wasmformer::plugin::{
+    lister as old_lister, log as old_log, types as old_types,
+};
 
 fn gvk(kind: old_types::Gvk) -> types::Gvk {
-    types::Gvk { group: kind.group, version: kind.version, kind: kind.kind }
+    types::Gvk {
+        group: kind.group,
+        version: kind.version,
+        kind: kind.kind,
+    }
 }
 
 fn object(obj: types::Object) -> old_types::Object {
-    old_types::Object { meta: obj.meta, body: obj.body }
+    old_types::Object {
+        meta: obj.meta,
+        body: obj.body,
+    }
 }
 
 fn error(e: lister::Error) -> old_lister::Error {
@@ -25,8 +34,17 @@ fn error(e: lister::Error) -> old_lister::Error {
 impl old_types::Host for HostState {}
 
 impl old_lister::Host for HostState {
-    fn get(&mut self, kind: old_types::Gvk, namespace: String, name: String) -> wasmtime::Result<Result<old_types::Object, old_lister::Error>> {
-        Ok(<Self as lister::Host>::get(self, gvk(kind), namespace, name)?.map(object).map_err(error))
+    fn get(
+        &mut self,
+        kind: old_types::Gvk,
+        namespace: String,
+        name: String,
+    ) -> wasmtime::Result<Result<old_types::Object, old_lister::Error>> {
+        Ok(
+            <Self as lister::Host>::get(self, gvk(kind), namespace, name)?
+                .map(object)
+                .map_err(error),
+        )
     }
 
     fn list(
@@ -36,12 +54,21 @@ impl old_lister::Host for HostState {
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
         let found = <Self as lister::Host>::list(self, gvk(kind), namespace, label_selector)?;
-        Ok(found.map(|objects| objects.into_iter().map(object).collect()).map_err(error))
+        Ok(found
+            .map(|objects| objects.into_iter().map(object).collect())
+            .map_err(error))
     }
 
-    fn by_index(&mut self, kind: old_types::Gvk, index: String, value: String) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
+    fn by_index(
+        &mut self,
+        kind: old_types::Gvk,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
         let found = <Self as lister::Host>::by_index(self, gvk(kind), index, value)?;
-        Ok(found.map(|objects| objects.into_iter().map(object).collect()).map_err(error))
+        Ok(found
+            .map(|objects| objects.into_iter().map(object).collect())
+            .map_err(error))
     }
 }
 

@@ -44,7 +44,9 @@ impl Grants {
 
     /// The current stores for `gvk`, if granted: reads of the kind see their union.
     pub fn stores(&self, gvk: &Gvk) -> Option<Granted> {
-        self.stores.get(gvk).map(|sources| Granted { stores: sources.iter().map(|source| source.current()).collect() })
+        self.stores.get(gvk).map(|sources| Granted {
+            stores: sources.iter().map(|source| source.current()).collect(),
+        })
     }
 
     /// Grants the writes `access` allows (without it, every write answers `forbidden`).
@@ -93,7 +95,10 @@ pub struct Granted {
 /// Whether `a` is a newer state of an object than `b`: resourceVersions are compared as numbers
 /// where both are (every API server in practice), else the one seen first is kept.
 fn newer(a: &CachedObject, b: &CachedObject) -> bool {
-    match (a.resource_version().parse::<u64>(), b.resource_version().parse::<u64>()) {
+    match (
+        a.resource_version().parse::<u64>(),
+        b.resource_version().parse::<u64>(),
+    ) {
         (Ok(a), Ok(b)) => a > b,
         _ => false,
     }
@@ -121,26 +126,49 @@ impl Granted {
 
     /// The object at `namespace`/`name` in any of the stores (the newest if several hold it).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
-        self.stores.iter().filter_map(|store| store.get(namespace, name)).reduce(|a, b| if newer(&b, &a) { b } else { a })
+        self.stores
+            .iter()
+            .filter_map(|store| store.get(namespace, name))
+            .reduce(|a, b| if newer(&b, &a) { b } else { a })
     }
 
     /// Objects in `namespace` (`None`: all) matching `selector` in any of the stores, each once,
     /// ordered by key.
-    pub fn list(&self, namespace: Option<&str>, selector: &LabelSelector) -> Vec<Arc<CachedObject>> {
-        union(self.stores.iter().map(|store| store.list(namespace, selector)))
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Vec<Arc<CachedObject>> {
+        union(
+            self.stores
+                .iter()
+                .map(|store| store.list(namespace, selector)),
+        )
     }
 
     /// Objects whose index `index` holds `value` in any of the stores, each once, ordered by key.
     /// Every store of the kind carries the plugin's indexes; one that lacks `index` fails the
     /// call rather than answer part of the union.
-    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
-        let lists = self.stores.iter().map(|store| store.by_index(index, value)).collect::<Result<Vec<_>, _>>()?;
+    pub fn by_index(
+        &self,
+        index: &str,
+        value: &str,
+    ) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
+        let lists = self
+            .stores
+            .iter()
+            .map(|store| store.by_index(index, value))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(union(lists))
     }
 }
 
 fn host_gvk(kind: types::Gvk) -> Gvk {
-    Gvk { group: kind.group, version: kind.version, kind: kind.kind }
+    Gvk {
+        group: kind.group,
+        version: kind.version,
+        kind: kind.kind,
+    }
 }
 
 impl HostState {
@@ -151,18 +179,29 @@ impl HostState {
             Some(granted) => Ok(granted),
             None => {
                 tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
-                Err(Error::Forbidden(format!("plugin {} is not granted {gvk}; add it to the plugin's `read` list", self.plugin)))
+                Err(Error::Forbidden(format!(
+                    "plugin {} is not granted {gvk}; add it to the plugin's `read` list",
+                    self.plugin
+                )))
             }
         }
     }
 }
 
 impl lister::Host for HostState {
-    fn get(&mut self, kind: types::Gvk, namespace: String, name: String) -> wasmtime::Result<Result<types::Object, Error>> {
+    fn get(
+        &mut self,
+        kind: types::Gvk,
+        namespace: String,
+        name: String,
+    ) -> wasmtime::Result<Result<types::Object, Error>> {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "get").and_then(|granted| {
-            granted.get(&namespace, &name).map(|obj| wit_object(granted.gvk(), &obj)).ok_or(Error::NotFound)
+            granted
+                .get(&namespace, &name)
+                .map(|obj| wit_object(granted.gvk(), &obj))
+                .ok_or(Error::NotFound)
         });
         Ok(self.grants.counted(&gvk, result))
     }
@@ -176,18 +215,34 @@ impl lister::Host for HostState {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "list").and_then(|granted| {
-            let selector: LabelSelector = label_selector.parse().map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
-            Ok(granted.list(namespace.as_deref(), &selector).iter().map(|o| wit_object(granted.gvk(), o)).collect())
+            let selector: LabelSelector = label_selector
+                .parse()
+                .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
+            Ok(granted
+                .list(namespace.as_deref(), &selector)
+                .iter()
+                .map(|o| wit_object(granted.gvk(), o))
+                .collect())
         });
         Ok(self.grants.counted(&gvk, result))
     }
 
-    fn by_index(&mut self, kind: types::Gvk, index: String, value: String) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
+    fn by_index(
+        &mut self,
+        kind: types::Gvk,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "by-index").and_then(|granted| {
-            let objects = granted.by_index(&index, &value).map_err(|e| Error::UnknownIndex(e.to_string()))?;
-            Ok(objects.iter().map(|o| wit_object(granted.gvk(), o)).collect())
+            let objects = granted
+                .by_index(&index, &value)
+                .map_err(|e| Error::UnknownIndex(e.to_string()))?;
+            Ok(objects
+                .iter()
+                .map(|o| wit_object(granted.gvk(), o))
+                .collect())
         });
         Ok(self.grants.counted(&gvk, result))
     }
@@ -206,8 +261,15 @@ mod tests {
     }
 
     fn store(objects: &[Value]) -> Arc<Store> {
-        let by_node = IndexSpec { name: "by-node".into(), path: "spec.nodeName".parse().unwrap() };
-        let store = Arc::new(Store::new(Gvk::from_api_version("v1", "Pod"), vec![by_node], true));
+        let by_node = IndexSpec {
+            name: "by-node".into(),
+            path: "spec.nodeName".parse().unwrap(),
+        };
+        let store = Arc::new(Store::new(
+            Gvk::from_api_version("v1", "Pod"),
+            vec![by_node],
+            true,
+        ));
         for value in objects {
             store.upsert(store.admit(value.clone()).unwrap());
         }
@@ -215,7 +277,10 @@ mod tests {
     }
 
     fn names(objects: &[Arc<CachedObject>]) -> Vec<String> {
-        objects.iter().map(|o| format!("{} {}", o.key(), o.resource_version())).collect()
+        objects
+            .iter()
+            .map(|o| format!("{} {}", o.key(), o.resource_version()))
+            .collect()
     }
 
     /// Two subscriptions of one kind (namespaces `a` and `b`) and a lagging copy of `a/x` in a
@@ -232,21 +297,38 @@ mod tests {
     fn get_finds_an_object_of_any_subscription_of_the_kind_in_its_newest_state() {
         let granted = granted();
         assert_eq!(granted.get("a", "x").unwrap().resource_version(), "5");
-        assert_eq!(granted.get("b", "z").unwrap().resource_version(), "4", "the second subscription's object is found too");
+        assert_eq!(
+            granted.get("b", "z").unwrap().resource_version(),
+            "4",
+            "the second subscription's object is found too"
+        );
         assert!(granted.get("c", "x").is_none());
     }
 
     #[test]
     fn list_and_by_index_answer_the_union_once_per_object() {
         let granted = granted();
-        assert_eq!(names(&granted.list(None, &LabelSelector::default())), ["a/x 5", "a/y 3", "b/z 4"]);
-        assert_eq!(names(&granted.list(Some("b"), &LabelSelector::default())), ["b/z 4"]);
-        assert_eq!(names(&granted.by_index("by-node", "n1").unwrap()), ["a/x 5", "b/z 4"]);
+        assert_eq!(
+            names(&granted.list(None, &LabelSelector::default())),
+            ["a/x 5", "a/y 3", "b/z 4"]
+        );
+        assert_eq!(
+            names(&granted.list(Some("b"), &LabelSelector::default())),
+            ["b/z 4"]
+        );
+        assert_eq!(
+            names(&granted.by_index("by-node", "n1").unwrap()),
+            ["a/x 5", "b/z 4"]
+        );
         assert!(granted.by_index("by-zone", "z1").is_err());
     }
 
     #[test]
     fn a_kind_not_granted_has_no_stores() {
-        assert!(Grants::none().stores(&Gvk::from_api_version("v1", "Pod")).is_none());
+        assert!(
+            Grants::none()
+                .stores(&Gvk::from_api_version("v1", "Pod"))
+                .is_none()
+        );
     }
 }

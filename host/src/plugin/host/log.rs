@@ -49,7 +49,17 @@ pub(crate) struct LogSink {
 
 impl LogSink {
     pub(crate) fn new(plugin: Arc<str>, budget: usize, observer: Option<LogObserver>) -> Self {
-        Self { plugin, budget, used: 0, dropped_lines: 0, dropped_bytes: 0, dropped_bytes_total: 0, partial: [Vec::new(), Vec::new()], recent_stderr: Vec::new(), observer }
+        Self {
+            plugin,
+            budget,
+            used: 0,
+            dropped_lines: 0,
+            dropped_bytes: 0,
+            dropped_bytes_total: 0,
+            partial: [Vec::new(), Vec::new()],
+            recent_stderr: Vec::new(),
+            observer,
+        }
     }
 
     /// Starts a call: the budget is per call.
@@ -62,9 +72,13 @@ impl LogSink {
     /// call's stderr says about how it ended: Rust's panic message if there is one, else the
     /// last stderr line.
     pub(crate) fn end_call(&mut self) -> Option<String> {
-        for (i, source) in [LogSource::Stdout, LogSource::Stderr].into_iter().enumerate() {
+        for (i, source) in [LogSource::Stdout, LogSource::Stderr]
+            .into_iter()
+            .enumerate()
+        {
             if !self.partial[i].is_empty() {
-                let line = String::from_utf8_lossy(&std::mem::take(&mut self.partial[i])).into_owned();
+                let line =
+                    String::from_utf8_lossy(&std::mem::take(&mut self.partial[i])).into_owned();
                 self.emit(level_of(source), source, line);
             }
         }
@@ -109,7 +123,11 @@ impl LogSink {
             let rest = self.partial[i].split_off(newline + 1);
             let mut line = std::mem::replace(&mut self.partial[i], rest);
             line.pop();
-            self.emit(level_of(source), source, String::from_utf8_lossy(&line).into_owned());
+            self.emit(
+                level_of(source),
+                source,
+                String::from_utf8_lossy(&line).into_owned(),
+            );
         }
     }
 
@@ -132,14 +150,29 @@ impl LogSink {
             LogSource::Stderr => "stderr",
         };
         match level {
-            tracing::Level::ERROR => tracing::event!(target: "plugin", tracing::Level::ERROR, { plugin.id = %self.plugin, stream }, "{}", message),
-            tracing::Level::WARN => tracing::event!(target: "plugin", tracing::Level::WARN, { plugin.id = %self.plugin, stream }, "{}", message),
-            tracing::Level::INFO => tracing::event!(target: "plugin", tracing::Level::INFO, { plugin.id = %self.plugin, stream }, "{}", message),
-            tracing::Level::DEBUG => tracing::event!(target: "plugin", tracing::Level::DEBUG, { plugin.id = %self.plugin, stream }, "{}", message),
-            tracing::Level::TRACE => tracing::event!(target: "plugin", tracing::Level::TRACE, { plugin.id = %self.plugin, stream }, "{}", message),
+            tracing::Level::ERROR => {
+                tracing::event!(target: "plugin", tracing::Level::ERROR, { plugin.id = %self.plugin, stream }, "{}", message)
+            }
+            tracing::Level::WARN => {
+                tracing::event!(target: "plugin", tracing::Level::WARN, { plugin.id = %self.plugin, stream }, "{}", message)
+            }
+            tracing::Level::INFO => {
+                tracing::event!(target: "plugin", tracing::Level::INFO, { plugin.id = %self.plugin, stream }, "{}", message)
+            }
+            tracing::Level::DEBUG => {
+                tracing::event!(target: "plugin", tracing::Level::DEBUG, { plugin.id = %self.plugin, stream }, "{}", message)
+            }
+            tracing::Level::TRACE => {
+                tracing::event!(target: "plugin", tracing::Level::TRACE, { plugin.id = %self.plugin, stream }, "{}", message)
+            }
         }
         if let Some(observer) = &self.observer {
-            observer(&LogLine { plugin: self.plugin.clone(), level, source, message });
+            observer(&LogLine {
+                plugin: self.plugin.clone(),
+                level,
+                source,
+                message,
+            });
         }
     }
 }
@@ -152,14 +185,26 @@ fn panic_message(lines: &[String]) -> Option<String> {
     let Some(at) = lines.iter().rposition(|l| l.contains("panicked at")) else {
         return lines.last().cloned();
     };
-    let location = lines[at].split("panicked at").nth(1).unwrap_or_default().trim().trim_end_matches(':');
-    let message: Vec<&str> =
-        lines[at + 1..].iter().map(String::as_str).take_while(|l| !l.starts_with("note:")).collect();
+    let location = lines[at]
+        .split("panicked at")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .trim_end_matches(':');
+    let message: Vec<&str> = lines[at + 1..]
+        .iter()
+        .map(String::as_str)
+        .take_while(|l| !l.starts_with("note:"))
+        .collect();
     Some(format!("panicked at {location}: {}", message.join(" ")))
 }
 
 fn level_of(source: LogSource) -> tracing::Level {
-    if source == LogSource::Stderr { tracing::Level::WARN } else { tracing::Level::INFO }
+    if source == LogSource::Stderr {
+        tracing::Level::WARN
+    } else {
+        tracing::Level::INFO
+    }
 }
 
 impl log::Host for HostState {
@@ -172,7 +217,10 @@ impl log::Host for HostState {
             Level::Warn => tracing::Level::WARN,
             Level::Error => tracing::Level::ERROR,
         };
-        self.log.lock().expect("log sink lock poisoned").line(level, message);
+        self.log
+            .lock()
+            .expect("log sink lock poisoned")
+            .line(level, message);
         Ok(())
     }
 }
@@ -222,7 +270,10 @@ mod tests {
         let (mut s, _) = sink(1000);
         s.begin_call();
         s.write(LogSource::Stderr, b"\nthread '<unnamed>' panicked at src/lib.rs:3:5:\nboom\nnote: run with `RUST_BACKTRACE=1`\n");
-        assert_eq!(s.end_call().as_deref(), Some("panicked at src/lib.rs:3:5: boom"));
+        assert_eq!(
+            s.end_call().as_deref(),
+            Some("panicked at src/lib.rs:3:5: boom")
+        );
         s.begin_call();
         s.write(LogSource::Stderr, b"first\nlast words\n");
         assert_eq!(s.end_call().as_deref(), Some("last words"));

@@ -50,15 +50,28 @@ pub(crate) struct MemoryCap {
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit {
-            return Err(wasmtime::Error::new(MemoryLimitExceeded { limit: self.limit, desired }));
+            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+                limit: self.limit,
+                desired,
+            }));
         }
         self.peak = self.peak.max(desired);
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
 }
@@ -79,7 +92,12 @@ pub struct HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(plugin: Arc<str>, memory_limit: usize, grants: Arc<Grants>, log: Arc<Mutex<LogSink>>) -> Self {
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        memory_limit: usize,
+        grants: Arc<Grants>,
+        log: Arc<Mutex<LogSink>>,
+    ) -> Self {
         let wasi = WasiCtxBuilder::new()
             .stdout(stdio::CapturedOutput::new(log.clone(), LogSource::Stdout))
             .stderr(stdio::CapturedOutput::new(log.clone(), LogSource::Stderr))
@@ -91,7 +109,10 @@ impl HostState {
             plugin,
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap { limit: memory_limit, peak: 0 },
+            memory: MemoryCap {
+                limit: memory_limit,
+                peak: 0,
+            },
             grants,
             log,
             deadline: Instant::now(),
@@ -102,13 +123,20 @@ impl HostState {
 
     /// Traps if the current call's deadline has passed: host calls count against it too.
     fn check_deadline(&self) -> wasmtime::Result<()> {
-        if Instant::now() > self.deadline { Err(wasmtime::Error::new(DeadlineExceeded)) } else { Ok(()) }
+        if Instant::now() > self.deadline {
+            Err(wasmtime::Error::new(DeadlineExceeded))
+        } else {
+            Ok(())
+        }
     }
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -117,9 +145,20 @@ impl types::Host for HostState {}
 /// The WIT record for `obj` of kind `gvk`: kind, identity and labels NUL-separated in `meta`
 /// (the cache refuses objects whose fields hold a NUL).
 pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
-    let fields = [&gvk.group, &gvk.version, &gvk.kind].map(String::as_str).into_iter()
-        .chain([obj.namespace(), obj.name(), obj.uid(), obj.resource_version()])
-        .chain(obj.labels().iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]));
+    let fields = [&gvk.group, &gvk.version, &gvk.kind]
+        .map(String::as_str)
+        .into_iter()
+        .chain([
+            obj.namespace(),
+            obj.name(),
+            obj.uid(),
+            obj.resource_version(),
+        ])
+        .chain(
+            obj.labels()
+                .iter()
+                .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
+        );
     let mut meta = String::with_capacity(fields.clone().map(|f| f.len() + 1).sum());
     for (i, field) in fields.enumerate() {
         if i > 0 {
@@ -127,5 +166,8 @@ pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
         }
         meta.push_str(field);
     }
-    types::Object { meta, body: obj.body().to_owned() }
+    types::Object {
+        meta,
+        body: obj.body().to_owned(),
+    }
 }

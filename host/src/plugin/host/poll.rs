@@ -21,7 +21,10 @@ pub(crate) struct BoundedPoll<'a> {
 
 impl BoundedPoll<'_> {
     /// Runs a wait until it finishes or the deadline passes (a trap).
-    fn wait<R>(deadline: Instant, wait: impl Future<Output = wasmtime::Result<R>>) -> wasmtime::Result<R> {
+    fn wait<R>(
+        deadline: Instant,
+        wait: impl Future<Output = wasmtime::Result<R>>,
+    ) -> wasmtime::Result<R> {
         in_tokio(async {
             match tokio::time::timeout_at(deadline.into(), wait).await {
                 Ok(result) => result,
@@ -43,7 +46,10 @@ impl poll::HostPollable for BoundedPoll<'_> {
     }
 
     fn block(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
-        Self::wait(self.deadline, async_poll::HostPollable::block(self.table, pollable))
+        Self::wait(
+            self.deadline,
+            async_poll::HostPollable::block(self.table, pollable),
+        )
     }
 
     fn drop(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
@@ -60,7 +66,10 @@ impl HasData for HasBoundedPoll {
 /// Replaces wasmtime-wasi's `wasi:io/poll` in `linker` (added before) with [`BoundedPoll`].
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    poll::add_to_linker::<HostState, HasBoundedPoll>(linker, |state| BoundedPoll { table: &mut state.table, deadline: state.deadline })?;
+    poll::add_to_linker::<HostState, HasBoundedPoll>(linker, |state| BoundedPoll {
+        table: &mut state.table,
+        deadline: state.deadline,
+    })?;
     linker.allow_shadowing(false);
     Ok(())
 }

@@ -24,7 +24,10 @@ impl CapturedOutput {
     }
 
     fn append(&self, bytes: &[u8]) {
-        self.sink.lock().expect("log sink lock poisoned").write(self.source, bytes);
+        self.sink
+            .lock()
+            .expect("log sink lock poisoned")
+            .write(self.source, bytes);
     }
 }
 
@@ -65,7 +68,11 @@ impl OutputStream for CapturedOutput {
 }
 
 impl tokio::io::AsyncWrite for CapturedOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -15,7 +15,10 @@ use crate::config::{WriteGrant, WriteVerb};
 use crate::plugin::Limits;
 use crate::plugin::bindings::wasmformer::plugin::types;
 use crate::plugin::bindings::wasmformer::plugin::writer::{self as wit, Error};
-use crate::writer::{Cause, EventType, PatchType, PluginWriter, Propagation, RefusedBy, Target, WriteError, WriteRequest, target_of};
+use crate::writer::{
+    Cause, EventType, PatchType, PluginWriter, Propagation, RefusedBy, Target, WriteError,
+    WriteRequest, target_of,
+};
 
 /// How often one (kind, verb) refusal is logged per plugin.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -34,7 +37,12 @@ pub struct WriteAccess {
 
 impl WriteAccess {
     /// `grants` and `events` from the plugin's config, its `limits`, and its writer.
-    pub fn new(grants: Vec<WriteGrant>, events: bool, limits: &Limits, writer: Arc<PluginWriter>) -> Self {
+    pub fn new(
+        grants: Vec<WriteGrant>,
+        events: bool,
+        limits: &Limits,
+        writer: Arc<PluginWriter>,
+    ) -> Self {
         Self {
             grants,
             events,
@@ -60,23 +68,33 @@ impl WriteAccess {
                 self.manifest_bytes
             )));
         }
-        serde_json::from_str(text).map_err(|e| WriteError::invalid(format!("plugin {plugin}: {what} is not JSON: {e}")))
+        serde_json::from_str(text)
+            .map_err(|e| WriteError::invalid(format!("plugin {plugin}: {what} is not JSON: {e}")))
     }
 
     /// A manifest with apiVersion, kind and metadata.name.
     fn manifest(&self, plugin: &str, text: &str) -> Result<Value, WriteError> {
         let object = self.parse(plugin, "the manifest", text)?;
         if !object.is_object() {
-            return Err(WriteError::invalid(format!("plugin {plugin}: the manifest is not a JSON object")));
+            return Err(WriteError::invalid(format!(
+                "plugin {plugin}: the manifest is not a JSON object"
+            )));
         }
         let target = target_of(&object);
-        let missing: Vec<&str> = [("apiVersion", &target.api_version), ("kind", &target.kind), ("metadata.name", &target.name)]
-            .into_iter()
-            .filter(|(_, v)| v.is_empty())
-            .map(|(field, _)| field)
-            .collect();
+        let missing: Vec<&str> = [
+            ("apiVersion", &target.api_version),
+            ("kind", &target.kind),
+            ("metadata.name", &target.name),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_empty())
+        .map(|(field, _)| field)
+        .collect();
         if !missing.is_empty() {
-            return Err(WriteError::invalid(format!("plugin {plugin}: the manifest has no {}", missing.join(", "))));
+            return Err(WriteError::invalid(format!(
+                "plugin {plugin}: the manifest has no {}",
+                missing.join(", ")
+            )));
         }
         Ok(object)
     }
@@ -93,25 +111,39 @@ impl WriteAccess {
         };
         let granted = match verb {
             None => self.events,
-            Some(verb) => self.grants.iter().any(|g| g.gvk() == target.gvk() && g.allows(verb, &target.namespace, status)),
+            Some(verb) => self
+                .grants
+                .iter()
+                .any(|g| g.gvk() == target.gvk() && g.allows(verb, &target.namespace, status)),
         };
         if granted {
             return Ok(());
         }
         let kind = format!("{} {}", target.api_version, target.kind);
         let message = match verb {
-            None => format!("plugin {plugin} is not granted events; set `events: true` in its config"),
+            None => {
+                format!("plugin {plugin} is not granted events; set `events: true` in its config")
+            }
             Some(verb) => {
-                let place = if target.namespace.is_empty() { String::new() } else { format!(" in namespace {}", target.namespace) };
+                let place = if target.namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in namespace {}", target.namespace)
+                };
                 let sub = if status { " (status subresource)" } else { "" };
-                format!("plugin {plugin} is not granted {verb} on {kind}{sub}{place}; add it to the plugin's `write:` list")
+                format!(
+                    "plugin {plugin} is not granted {verb} on {kind}{sub}{place}; add it to the plugin's `write:` list"
+                )
             }
         };
         let verb = verb.map_or("event", WriteVerb::as_str);
         if self.count_refusal(&kind, verb, Instant::now()) {
             tracing::warn!(plugin.id = %plugin, write.verb = verb, write.kind = %kind, object.ref = %target, refused = self.refused(), "write refused: not granted");
         }
-        Err(WriteError::Forbidden { by: RefusedBy::Grant, message })
+        Err(WriteError::Forbidden {
+            by: RefusedBy::Grant,
+            message,
+        })
     }
 
     /// Counts a refusal of `verb` on `kind` at `now`; true if it is to be logged (the first, then
@@ -135,15 +167,32 @@ impl WriteAccess {
 
 fn target(t: wit::Target) -> Target {
     let kind = types::Gvk { ..t.kind };
-    Target { api_version: api_version(&kind), kind: kind.kind, namespace: t.namespace, name: t.name, uid: String::new() }
+    Target {
+        api_version: api_version(&kind),
+        kind: kind.kind,
+        namespace: t.namespace,
+        name: t.name,
+        uid: String::new(),
+    }
 }
 
 fn api_version(kind: &types::Gvk) -> String {
-    if kind.group.is_empty() { kind.version.clone() } else { format!("{}/{}", kind.group, kind.version) }
+    if kind.group.is_empty() {
+        kind.version.clone()
+    } else {
+        format!("{}/{}", kind.group, kind.version)
+    }
 }
 
 fn causes(causes: Vec<Cause>) -> Vec<wit::Cause> {
-    causes.into_iter().map(|c| wit::Cause { field: c.field, reason: c.reason, message: c.message }).collect()
+    causes
+        .into_iter()
+        .map(|c| wit::Cause {
+            field: c.field,
+            reason: c.reason,
+            message: c.message,
+        })
+        .collect()
 }
 
 /// The host's error as the guest sees it.
@@ -156,8 +205,14 @@ fn to_wit(error: WriteError) -> Error {
             },
             message,
         }),
-        WriteError::Invalid { message, causes: c } => Error::Invalid(wit::Details { message, causes: causes(c) }),
-        WriteError::Conflict { message, causes: c } => Error::Conflict(wit::Details { message, causes: causes(c) }),
+        WriteError::Invalid { message, causes: c } => Error::Invalid(wit::Details {
+            message,
+            causes: causes(c),
+        }),
+        WriteError::Conflict { message, causes: c } => Error::Conflict(wit::Details {
+            message,
+            causes: causes(c),
+        }),
         WriteError::NotFound(message) => Error::NotFound(message),
         WriteError::Throttled(message) => Error::Throttled(message),
         WriteError::Unavailable(message) => Error::Unavailable(message),
@@ -167,17 +222,24 @@ fn to_wit(error: WriteError) -> Error {
 impl HostState {
     /// Checks and sends one write. The time the write takes is added to the call's deadline: a
     /// write has its own budget (`limits.writeTimeout`).
-    fn write(&mut self, prepare: impl FnOnce(&WriteAccess, &str) -> Result<WriteRequest, WriteError>) -> wasmtime::Result<Result<String, Error>> {
+    fn write(
+        &mut self,
+        prepare: impl FnOnce(&WriteAccess, &str) -> Result<WriteRequest, WriteError>,
+    ) -> wasmtime::Result<Result<String, Error>> {
         self.check_deadline()?;
         let plugin = self.plugin.clone();
         let Some(access) = self.grants.writes() else {
             return Ok(Err(to_wit(WriteError::Forbidden {
                 by: RefusedBy::Grant,
-                message: format!("plugin {plugin} has no write grants; add `write:` or `events: true` to its config"),
+                message: format!(
+                    "plugin {plugin} has no write grants; add `write:` or `events: true` to its config"
+                ),
             })));
         };
         if self.in_init {
-            return Ok(Err(to_wit(WriteError::invalid(format!("plugin {plugin}: writes are not allowed in init; write from a handler")))));
+            return Ok(Err(to_wit(WriteError::invalid(format!(
+                "plugin {plugin}: writes are not allowed in init; write from a handler"
+            )))));
         }
         self.writes_this_call += 1;
         if self.writes_this_call > access.writes_per_call {
@@ -189,7 +251,9 @@ impl HostState {
                 access.writes_per_call
             )))));
         }
-        let request = match prepare(&access, &plugin).and_then(|request| access.check(&plugin, &request).map(|()| request)) {
+        let request = match prepare(&access, &plugin)
+            .and_then(|request| access.check(&plugin, &request).map(|()| request))
+        {
             Ok(request) => request,
             Err(error) => return Ok(Err(to_wit(error))),
         };
@@ -201,29 +265,57 @@ impl HostState {
 }
 
 impl wit::Host for HostState {
-    fn apply(&mut self, manifest: String, options: wit::ApplyOptions) -> wasmtime::Result<Result<String, Error>> {
+    fn apply(
+        &mut self,
+        manifest: String,
+        options: wit::ApplyOptions,
+    ) -> wasmtime::Result<Result<String, Error>> {
         self.write(|access, plugin| {
             let object = access.manifest(plugin, &manifest)?;
-            Ok(WriteRequest::Apply { object, force: options.force, status: options.status })
+            Ok(WriteRequest::Apply {
+                object,
+                force: options.force,
+                status: options.status,
+            })
         })
     }
 
-    fn patch(&mut self, t: wit::Target, patch_type: wit::PatchType, body: String, status: bool) -> wasmtime::Result<Result<String, Error>> {
+    fn patch(
+        &mut self,
+        t: wit::Target,
+        patch_type: wit::PatchType,
+        body: String,
+        status: bool,
+    ) -> wasmtime::Result<Result<String, Error>> {
         self.write(|access, plugin| {
             let body = access.parse(plugin, "the patch", &body)?;
             let patch_type = match patch_type {
                 wit::PatchType::Merge => PatchType::Merge,
                 wit::PatchType::Json => PatchType::Json,
             };
-            Ok(WriteRequest::Patch { target: target(t), patch_type, body, status })
+            Ok(WriteRequest::Patch {
+                target: target(t),
+                patch_type,
+                body,
+                status,
+            })
         })
     }
 
     fn create(&mut self, manifest: String) -> wasmtime::Result<Result<String, Error>> {
-        self.write(|access, plugin| Ok(WriteRequest::Create { object: access.manifest(plugin, &manifest)? }))
+        self.write(|access, plugin| {
+            Ok(WriteRequest::Create {
+                object: access.manifest(plugin, &manifest)?,
+            })
+        })
     }
 
-    fn delete(&mut self, t: wit::Target, propagation: wit::Propagation, preconditions: wit::Preconditions) -> wasmtime::Result<Result<(), Error>> {
+    fn delete(
+        &mut self,
+        t: wit::Target,
+        propagation: wit::Propagation,
+        preconditions: wit::Preconditions,
+    ) -> wasmtime::Result<Result<(), Error>> {
         let outcome = self.write(|_, _| {
             let propagation = match propagation {
                 wit::Propagation::Default => Propagation::Default,
@@ -231,7 +323,12 @@ impl wit::Host for HostState {
                 wit::Propagation::Foreground => Propagation::Foreground,
                 wit::Propagation::Orphan => Propagation::Orphan,
             };
-            Ok(WriteRequest::Delete { target: target(t), propagation, uid: preconditions.uid, resource_version: preconditions.resource_version })
+            Ok(WriteRequest::Delete {
+                target: target(t),
+                propagation,
+                uid: preconditions.uid,
+                resource_version: preconditions.resource_version,
+            })
         })?;
         Ok(outcome.map(|_| ()))
     }
@@ -246,15 +343,27 @@ impl wit::Host for HostState {
     ) -> wasmtime::Result<Result<(), Error>> {
         let outcome = self.write(|_, plugin| {
             if reason.is_empty() || action.is_empty() {
-                return Err(WriteError::invalid(format!("plugin {plugin}: an Event needs a reason and an action")));
+                return Err(WriteError::invalid(format!(
+                    "plugin {plugin}: an Event needs a reason and an action"
+                )));
             }
-            let mut target = target(wit::Target { kind: regarding.kind, namespace: regarding.namespace, name: regarding.name });
+            let mut target = target(wit::Target {
+                kind: regarding.kind,
+                namespace: regarding.namespace,
+                name: regarding.name,
+            });
             target.uid = regarding.uid;
             let event_type = match event_type {
                 wit::EventType::Normal => EventType::Normal,
                 wit::EventType::Warning => EventType::Warning,
             };
-            Ok(WriteRequest::Event { regarding: target, event_type, reason, action, note })
+            Ok(WriteRequest::Event {
+                regarding: target,
+                event_type,
+                reason,
+                action,
+                note,
+            })
         })?;
         Ok(outcome.map(|_| ()))
     }
@@ -266,8 +375,16 @@ mod tests {
     use crate::writer::{Recording, Sink, WriteSettings};
 
     fn access() -> WriteAccess {
-        let settings = WriteSettings { qps: 1, burst: 1, timeout: Duration::from_secs(1) };
-        let writer = Arc::new(PluginWriter::new("p", settings, Sink::Record(Recording::default())));
+        let settings = WriteSettings {
+            qps: 1,
+            burst: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let writer = Arc::new(PluginWriter::new(
+            "p",
+            settings,
+            Sink::Record(Recording::default()),
+        ));
         WriteAccess::new(Vec::new(), false, &Limits::default(), writer)
     }
 
@@ -277,16 +394,27 @@ mod tests {
         let start = Instant::now();
         assert!(access.count_refusal("v1 Pod", "apply", start));
         assert!(!access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(59)));
-        assert!(access.count_refusal("v1 Pod", "delete", start + Duration::from_secs(1)), "another verb is logged");
-        assert!(access.count_refusal("v1 Secret", "apply", start + Duration::from_secs(1)), "another kind is logged");
-        assert!(access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(61)), "a minute later it is logged again");
+        assert!(
+            access.count_refusal("v1 Pod", "delete", start + Duration::from_secs(1)),
+            "another verb is logged"
+        );
+        assert!(
+            access.count_refusal("v1 Secret", "apply", start + Duration::from_secs(1)),
+            "another kind is logged"
+        );
+        assert!(
+            access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(61)),
+            "a minute later it is logged again"
+        );
         assert_eq!(access.refused(), 5);
     }
 
     #[test]
     fn a_write_outside_the_grants_is_refused_naming_plugin_kind_and_verb() {
         let access = access();
-        let request = WriteRequest::Create { object: serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "shop"}}) };
+        let request = WriteRequest::Create {
+            object: serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "shop"}}),
+        };
         let error = access.check("p", &request).unwrap_err();
         assert_eq!(
             error,

@@ -13,12 +13,19 @@ struct ListerGet {
 
 impl Plugin for ListerGet {
     fn init(&mut self, config: Value) -> Result<()> {
-        self.name = config.get("name").and_then(Value::as_str).map(str::to_owned);
+        self.name = config
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         Ok(())
     }
 
     fn on_add(&mut self, obj: &Object, _initial: bool) -> Result<()> {
-        let pod = Gvk { group: String::new(), version: "v1".into(), kind: "Pod".into() };
+        let pod = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        };
         let name = self.name.as_deref().unwrap_or(obj.name());
         match lister::get_object(&pod, obj.namespace(), name) {
             Ok(found) => self.found_bytes += found.json().len() as u64,

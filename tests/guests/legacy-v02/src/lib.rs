@@ -20,9 +20,21 @@ impl exports::wasmformer::plugin::handler::Guest for Plugin {
         Ok(())
     }
     fn on_add(obj: types::Object, _: bool) -> Result<(), String> {
-        let kind = types::Gvk { group: field(&obj.meta, 0).into(), version: field(&obj.meta, 1).into(), kind: field(&obj.meta, 2).into() };
-        let cached = lister::get(&kind, field(&obj.meta, 3), field(&obj.meta, 4)).map_err(|e| format!("{e:?}"))?;
-        log::log(log::Level::Info, &format!("legacy {} lister-rv={}", field(&obj.meta, 4), field(&cached.meta, 6)));
+        let kind = types::Gvk {
+            group: field(&obj.meta, 0).into(),
+            version: field(&obj.meta, 1).into(),
+            kind: field(&obj.meta, 2).into(),
+        };
+        let cached = lister::get(&kind, field(&obj.meta, 3), field(&obj.meta, 4))
+            .map_err(|e| format!("{e:?}"))?;
+        log::log(
+            log::Level::Info,
+            &format!(
+                "legacy {} lister-rv={}",
+                field(&obj.meta, 4),
+                field(&cached.meta, 6)
+            ),
+        );
         Ok(())
     }
     fn on_update(_: types::Object, _: types::Object) -> Result<(), String> {

@@ -25,7 +25,10 @@ impl exports::wasmformer::plugin::handler::Guest for Plugin {
     fn on_add(_: wasmformer::plugin::types::Object, _: bool) -> Result<(), String> {
         Ok(())
     }
-    fn on_update(_: wasmformer::plugin::types::Object, _: wasmformer::plugin::types::Object) -> Result<(), String> {
+    fn on_update(
+        _: wasmformer::plugin::types::Object,
+        _: wasmformer::plugin::types::Object,
+    ) -> Result<(), String> {
         Ok(())
     }
     fn on_delete(_: wasmformer::plugin::types::Object, _: bool) -> Result<(), String> {

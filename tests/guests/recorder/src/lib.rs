@@ -50,10 +50,20 @@ impl Recorder {
 
 impl Plugin for Recorder {
     fn init(&mut self, config: Value) -> Result<()> {
-        self.tag = config.get("tag").and_then(Value::as_str).unwrap_or_default().to_owned();
-        self.lookup = config.get("lookup").and_then(Value::as_bool).unwrap_or(false);
+        self.tag = config
+            .get("tag")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.lookup = config
+            .get("lookup")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         self.sleep_ms = config.get("sleepMs").and_then(Value::as_u64).unwrap_or(0);
-        self.marks = config.get("marks").and_then(Value::as_bool).unwrap_or(false);
+        self.marks = config
+            .get("marks")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(())
     }
 
@@ -63,12 +73,20 @@ impl Plugin for Recorder {
     }
 
     fn on_update(&mut self, old: &Object, new: &Object) -> Result<()> {
-        self.record("update", new, json!({ "oldResourceVersion": old.resource_version() }));
+        self.record(
+            "update",
+            new,
+            json!({ "oldResourceVersion": old.resource_version() }),
+        );
         Ok(())
     }
 
     fn on_delete(&mut self, obj: &Object, final_state_unknown: bool) -> Result<()> {
-        self.record("delete", obj, json!({ "finalStateUnknown": final_state_unknown }));
+        self.record(
+            "delete",
+            obj,
+            json!({ "finalStateUnknown": final_state_unknown }),
+        );
         Ok(())
     }
 }

@@ -9,22 +9,37 @@
 use std::collections::BTreeMap;
 
 use wasmformer_guest::serde_json::{self, Value};
-use wasmformer_guest::writer::{self, ApplyOptions, EventType, PatchType, Preconditions, Propagation};
+use wasmformer_guest::writer::{
+    self, ApplyOptions, EventType, PatchType, Preconditions, Propagation,
+};
 use wasmformer_guest::{Error, Gvk, Object, Plugin, Result, info};
 
 #[derive(Default)]
 struct Probe;
 
 fn write(obj: &Object) -> Result<String> {
-    let data: BTreeMap<String, String> = obj.decode::<Value>()?.get("data").cloned().map(serde_json::from_value).transpose()?.unwrap_or_default();
+    let data: BTreeMap<String, String> = obj
+        .decode::<Value>()?
+        .get("data")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()?
+        .unwrap_or_default();
     let get = |k: &str| data.get(k).cloned().unwrap_or_default();
     let manifest = || serde_json::from_str::<Value>(&get("manifest"));
     let (group, version) = match get("apiVersion").rsplit_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
         None => (String::new(), get("apiVersion")),
     };
-    let kind = Gvk { group, version, kind: get("kind") };
-    let options = ApplyOptions { force: get("force") == "true", status: get("status") == "true" };
+    let kind = Gvk {
+        group,
+        version,
+        kind: get("kind"),
+    };
+    let options = ApplyOptions {
+        force: get("force") == "true",
+        status: get("status") == "true",
+    };
     let body = || serde_json::from_str::<Value>(&get("body"));
     let mut last = String::new();
     for _ in 0..get("count").parse::<usize>().unwrap_or(1) {
@@ -34,7 +49,10 @@ fn write(obj: &Object) -> Result<String> {
             "apply-series" => {
                 // `count` objects: the manifest's name with `-<i>` appended, data {i: <i>}.
                 let mut series = manifest()?;
-                let base = series["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let base = series["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 for i in 0..get("count").parse::<usize>().unwrap_or(1) {
                     series["metadata"]["name"] = Value::String(format!("{base}-{i}"));
                     series["data"] = serde_json::json!({"i": i.to_string()});
@@ -44,18 +62,44 @@ fn write(obj: &Object) -> Result<String> {
             }
             "raw-apply" => writer::apply_json(&get("manifest"), options)?,
             "create" => writer::create(&manifest()?)?,
-            "patch" => writer::patch_with(&kind, &get("namespace"), &get("name"), PatchType::Merge, &body()?, options.status)?,
-            "json-patch" => writer::patch_with(&kind, &get("namespace"), &get("name"), PatchType::Json, &body()?, options.status)?,
+            "patch" => writer::patch_with(
+                &kind,
+                &get("namespace"),
+                &get("name"),
+                PatchType::Merge,
+                &body()?,
+                options.status,
+            )?,
+            "json-patch" => writer::patch_with(
+                &kind,
+                &get("namespace"),
+                &get("name"),
+                PatchType::Json,
+                &body()?,
+                options.status,
+            )?,
             "delete" => {
                 let preconditions = Preconditions {
                     uid: data.get("uid").cloned(),
                     resource_version: data.get("resourceVersion").cloned(),
                 };
-                writer::delete_with(&kind, &get("namespace"), &get("name"), Propagation::Background, &preconditions)?;
+                writer::delete_with(
+                    &kind,
+                    &get("namespace"),
+                    &get("name"),
+                    Propagation::Background,
+                    &preconditions,
+                )?;
                 String::new()
             }
             "event" => {
-                writer::event(obj, EventType::Warning, "ProbeReason", "Probe", &get("note"))?;
+                writer::event(
+                    obj,
+                    EventType::Warning,
+                    "ProbeReason",
+                    "Probe",
+                    &get("note"),
+                )?;
                 String::new()
             }
             other => return Err(Error::msg(format!("unknown op {other:?}"))),
@@ -67,7 +111,9 @@ fn write(obj: &Object) -> Result<String> {
 impl Plugin for Probe {
     fn init(&mut self, config: Value) -> Result<()> {
         if config.get("writeInInit") == Some(&Value::Bool(true)) {
-            writer::apply(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}))?;
+            writer::apply(
+                &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}),
+            )?;
         }
         Ok(())
     }
