@@ -1,6 +1,19 @@
 # Shared by the scripts in this folder. Source it; it only defines functions.
 
 # Installs the wasm32-wasip2 target for the active toolchain if it is missing.
+# rustfmt and clippy gate style in scripts/test; rustup's default profile has them, a minimal
+# one does not.
+ensure_lint_tools() {
+  local installed
+  installed=$(rustup component list --installed 2>/dev/null)
+  for c in rustfmt clippy; do
+    if ! grep -q "^$c" <<<"$installed"; then
+      echo "installing the Rust component $c (once per machine)" >&2
+      rustup component add "$c" >&2
+    fi
+  done
+}
+
 ensure_wasm_target() {
   if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     echo "installing the Rust target wasm32-wasip2 (once per machine)" >&2
