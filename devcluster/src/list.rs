@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::{
     resources::ResourceType,
     routes::Query,
-    selectors::{FieldSelector, LabelSelector},
+    selectors::{self, FieldSelector, LabelSelector},
     status::ApiStatus,
     store::{self, NameKey, PageRequest, Store},
     view::View,
@@ -116,7 +116,7 @@ impl ListOptions {
         let kind = if watch { "WatchOptions" } else { "ListOptions" };
         let invalid = |field: &str, detail: &str| ApiStatus::invalid_options(kind, field, detail);
         let field: FieldSelector = query.get("fieldSelector").unwrap_or("").parse()?;
-        field.validate_for(ty)?;
+        selectors::check_fields(&field, ty)?;
         let label: LabelSelector = query.get("labelSelector").unwrap_or("").parse()?;
         let number = |key: &str| -> Result<Option<u64>, ApiStatus> {
             query

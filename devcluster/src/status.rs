@@ -229,6 +229,12 @@ impl From<selectors::Error> for ApiStatus {
     }
 }
 
+impl From<wasmformer_selectors::Error> for ApiStatus {
+    fn from(error: wasmformer_selectors::Error) -> Self {
+        Self::from(selectors::Error::from(error))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,13 +8,12 @@
 
 mod index;
 mod object;
-mod selector;
 mod store;
 
 pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
 pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
-pub use selector::{FieldSelector, LabelSelector, SelectorError};
 pub use store::{Store, UnknownIndex};
+pub use wasmformer_selectors::{Error as SelectorError, FieldSelector, LabelSelector};
 
 use std::sync::Arc;
 

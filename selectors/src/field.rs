@@ -1,20 +1,21 @@
-//! Field selectors: comma-separated `field=value`, `field==value` and `field!=value` terms with
-//! backslash escapes, matched against the string form of a dotted path in the object.
+//! Field selectors: comma-separated `field=value`, `field==value` and `field!=value` terms, with
+//! `\` escaping `,`, `=`, `!` and `\` in values, matched against the string form of a dotted path
+//! in an object.
 
-use std::{fmt, str::FromStr};
+use std::fmt;
+use std::str::FromStr;
 
 use serde_json::Value;
 
-use super::{Error, Result};
-use crate::resources::ResourceType;
+use crate::{Error, Kind};
 
-/// A parsed field selector; every term must hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A parsed field selector; every term must hold. The empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     terms: Vec<Term>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Term {
     field: String,
     negated: bool,
@@ -27,24 +28,20 @@ impl FieldSelector {
         self.terms.is_empty()
     }
 
-    /// Checks every field is one the resource supports, as the API server does.
-    pub fn validate_for(&self, ty: &ResourceType) -> Result<()> {
-        match self.terms.iter().find(|t| !ty.supports_field(&t.field)) {
-            Some(term) => Err(Error::UnsupportedField {
-                field: term.field.clone(),
-            }),
-            None => Ok(()),
-        }
+    /// The field paths the terms select on, in order.
+    pub fn fields(&self) -> impl Iterator<Item = &str> {
+        self.terms.iter().map(|t| t.field.as_str())
     }
 
-    /// Whether the object satisfies every term. A missing field reads as the empty string.
+    /// Whether the object satisfies every term. A missing field reads as the empty string, as
+    /// the API server's field sets render it.
     pub fn matches_object(&self, object: &Value) -> bool {
         self.terms
             .iter()
             .all(|t| (field_value(object, &t.field) == t.value) != t.negated)
     }
 
-    /// The value required by an `=`/`==` term on `field`, if there is one.
+    /// The value an `=`/`==` term requires of `field`, if there is one.
     pub fn required_value(&self, field: &str) -> Option<&str> {
         self.terms
             .iter()
@@ -53,7 +50,7 @@ impl FieldSelector {
     }
 }
 
-/// The string form of the value at a dotted path, as the API server's field sets render it.
+/// The string form of the value at a dotted path.
 fn field_value(object: &Value, field: &str) -> String {
     let mut current = object;
     for part in field.split('.') {
@@ -72,21 +69,22 @@ fn field_value(object: &Value, field: &str) -> String {
 impl FromStr for FieldSelector {
     type Err = Error;
 
-    fn from_str(text: &str) -> Result<Self> {
-        let fail = |reason: &str| Error::Field {
-            selector: text.to_string(),
-            reason: reason.to_string(),
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let fail = |reason: &str| Error {
+            kind: Kind::Field,
+            selector: text.to_owned(),
+            reason: reason.to_owned(),
         };
         let mut terms = Vec::new();
-        for raw in split_unescaped(text, ',') {
+        for raw in split_unescaped(text) {
             if raw.trim().is_empty() {
                 continue;
             }
-            let (field, negated, value) =
-                split_term(&raw).ok_or_else(|| fail("expected field=value or field!=value"))?;
+            let (field, negated, value) = split_term(&raw)
+                .ok_or_else(|| fail(&format!("{raw:?} is not field=value or field!=value")))?;
             let field = unescape(field.trim());
             if field.is_empty() {
-                return Err(fail("empty field name"));
+                return Err(fail(&format!("{raw:?} has no field name")));
             }
             terms.push(Term {
                 field,
@@ -99,56 +97,47 @@ impl FromStr for FieldSelector {
 }
 
 impl fmt::Display for FieldSelector {
+    /// The canonical text form, which parses back to the same selector.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self
-            .terms
-            .iter()
-            .map(|t| {
-                format!(
-                    "{}{}{}",
-                    t.field,
-                    if t.negated { "!=" } else { "=" },
-                    escape(&t.value)
-                )
-            })
-            .collect();
-        f.write_str(&parts.join(","))
+        for (i, t) in self.terms.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            let op = if t.negated { "!=" } else { "=" };
+            write!(f, "{}{op}{}", escape(&t.field), escape(&t.value))?;
+        }
+        Ok(())
     }
 }
 
-/// Splits on `sep` where it is not preceded by a backslash escape; escapes are kept.
-fn split_unescaped(text: &str, sep: char) -> Vec<String> {
+/// Splits on commas not escaped by a backslash; escapes are kept.
+fn split_unescaped(text: &str) -> Vec<String> {
     let mut parts = vec![String::new()];
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            parts.last_mut().unwrap().push(c);
-            if let Some(next) = chars.next() {
-                parts.last_mut().unwrap().push(next);
+        let part = parts.last_mut().expect("never empty");
+        match c {
+            '\\' => {
+                part.push(c);
+                part.extend(chars.next());
             }
-        } else if c == sep {
-            parts.push(String::new());
-        } else {
-            parts.last_mut().unwrap().push(c);
+            ',' => parts.push(String::new()),
+            _ => part.push(c),
         }
     }
     parts
 }
 
-/// Finds the first unescaped `!=`, `==` or `=` and splits the term around it.
+/// Splits a term around its first unescaped `!=`, `==` or `=`.
 fn split_term(term: &str) -> Option<(&str, bool, &str)> {
     let bytes = term.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'!' if bytes.get(i + 1) == Some(&b'=') => {
-                return Some((&term[..i], true, &term[i + 2..]));
-            }
-            b'=' if bytes.get(i + 1) == Some(&b'=') => {
-                return Some((&term[..i], false, &term[i + 2..]));
-            }
-            b'=' => return Some((&term[..i], false, &term[i + 1..])),
+        match (bytes[i], bytes.get(i + 1)) {
+            (b'\\', _) => i += 2,
+            (b'!', Some(b'=')) => return Some((&term[..i], true, &term[i + 2..])),
+            (b'=', Some(b'=')) => return Some((&term[..i], false, &term[i + 2..])),
+            (b'=', _) => return Some((&term[..i], false, &term[i + 1..])),
             _ => i += 1,
         }
     }
@@ -160,9 +149,7 @@ fn unescape(text: &str) -> String {
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
         if c == '\\' {
-            if let Some(next) = chars.next() {
-                out.push(next);
-            }
+            out.extend(chars.next());
         } else {
             out.push(c);
         }
@@ -186,7 +173,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::{Registry, ResourceId};
 
     fn pod() -> Value {
         json!({
@@ -233,30 +219,31 @@ mod tests {
     fn escapes_in_values() {
         let object = json!({"metadata": {"name": "a,b=c"}});
         assert!(matches(r"metadata.name=a\,b\=c", &object));
-        let parsed: FieldSelector = r"metadata.name=a\,b\=c".parse().unwrap();
+        let parsed: FieldSelector = r"metadata.name=a\,b\=c,spec.nodeName!=n1,".parse().unwrap();
         assert_eq!(parsed.required_value("metadata.name"), Some("a,b=c"));
-        assert_eq!(parsed.to_string(), r"metadata.name=a\,b\=c");
-    }
-
-    #[test]
-    fn unsupported_fields_are_rejected_per_resource() {
-        let registry = Registry::builtin();
-        let pods = registry.get(&ResourceId::core("pods")).unwrap();
-        let cms = registry.get(&ResourceId::core("configmaps")).unwrap();
-        let selector: FieldSelector = "spec.nodeName=a".parse().unwrap();
-        assert!(selector.validate_for(pods).is_ok());
         assert_eq!(
-            selector.validate_for(cms),
-            Err(Error::UnsupportedField {
-                field: "spec.nodeName".into()
-            })
+            parsed.required_value("spec.nodeName"),
+            None,
+            "a != term requires nothing"
+        );
+        assert_eq!(
+            parsed.fields().collect::<Vec<_>>(),
+            ["metadata.name", "spec.nodeName"]
+        );
+        assert_eq!(
+            parsed.to_string(),
+            r"metadata.name=a\,b\=c,spec.nodeName!=n1"
         );
     }
 
     #[test]
-    fn malformed_terms_are_rejected() {
-        assert!(FieldSelector::from_str("metadata.name").is_err());
-        assert!(FieldSelector::from_str("=x").is_err());
-        assert!(FieldSelector::from_str("").unwrap().is_empty());
+    fn malformed_terms_are_refused_with_the_reason() {
+        assert!("=x".parse::<FieldSelector>().is_err());
+        assert!("".parse::<FieldSelector>().unwrap().is_empty());
+        let err = "metadata.name".parse::<FieldSelector>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid field selector "metadata.name": "metadata.name" is not field=value or field!=value"#
+        );
     }
 }

@@ -1,13 +1,13 @@
-//! Property tests: a selector string means the same to the host as to the dev cluster, which
-//! parses and applies selectors as the API server does (accept/reject, and what matches).
+//! Property tests of the grammar: no input panics the parsers, every selector prints back to a
+//! text that parses to the same selector, and a label map matches alike in each of its forms.
+//! (The host and the dev cluster share this one parser, so a string cannot mean two things.)
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use serde_json::{Map, Value};
-use wasmformer_devcluster::selectors;
+use serde_json::{Map, Value, json};
 
-use super::*;
+use crate::{FieldSelector, LabelSelector};
 
 const KEYS: &[&str] = &[
     "a",
@@ -84,22 +84,35 @@ fn field_selector() -> impl Strategy<Value = String> {
 // Cases: `PROPTEST_CASES` (proptest's default: 256).
 proptest! {
     #[test]
-    fn label_selectors_mean_the_same_to_host_and_dev_cluster(text in label_selector(), objects in prop::collection::vec(labels(), 8)) {
-        let host = text.parse::<LabelSelector>();
-        let dev = text.parse::<selectors::LabelSelector>();
-        prop_assert_eq!(host.is_ok(), dev.is_ok(), "{:?}: host {:?}, dev cluster {:?}", text, host, dev);
-        if let (Ok(host), Ok(dev)) = (host, dev) {
+    fn a_label_selector_prints_back_to_itself_and_matches_alike_in_every_form(
+        text in label_selector(),
+        objects in prop::collection::vec(labels(), 8),
+    ) {
+        if let Ok(selector) = text.parse::<LabelSelector>() {
+            let printed = selector.to_string();
+            let reparsed = printed.parse::<LabelSelector>();
+            prop_assert_eq!(reparsed.as_ref(), Ok(&selector), "{:?} printed as {:?}", text, printed);
             for labels in objects {
                 let map: Map<String, Value> = labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-                prop_assert_eq!(host.matches(&labels), dev.matches(Some(&map)), "{:?} on {:?}", text, labels);
+                let by_map = selector.matches(&labels);
+                prop_assert_eq!(by_map, selector.matches_json(Some(&map)), "{:?} on {:?}", text, labels);
+                prop_assert_eq!(by_map, selector.matches_object(&json!({"metadata": {"labels": map}})), "{:?} on {:?}", text, labels);
             }
         }
     }
 
     #[test]
-    fn field_selectors_are_accepted_alike_by_host_and_dev_cluster(text in field_selector()) {
-        let host = text.parse::<FieldSelector>();
-        let dev = text.parse::<selectors::FieldSelector>();
-        prop_assert_eq!(host.is_ok(), dev.is_ok(), "{:?}: host {:?}, dev cluster {:?}", text, host, dev);
+    fn a_field_selector_prints_back_to_itself(text in field_selector()) {
+        if let Ok(selector) = text.parse::<FieldSelector>() {
+            let printed = selector.to_string();
+            let reparsed = printed.parse::<FieldSelector>();
+            prop_assert_eq!(reparsed.as_ref(), Ok(&selector), "{:?} printed as {:?}", text, printed);
+        }
+    }
+
+    #[test]
+    fn no_text_panics_either_parser(text in "\\PC{0,24}") {
+        let _ = text.parse::<LabelSelector>();
+        let _ = text.parse::<FieldSelector>();
     }
 }

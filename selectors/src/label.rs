@@ -1,13 +1,13 @@
-//! Kubernetes selectors in their text form, with the grammar of `k8s.io/apimachinery`:
-//! label selectors (`app=web,tier in (a,b),!canary,replicas>2`), parsed and matched here for the
-//! lister, and field selectors (`spec.nodeName=node-1,metadata.name!=a\,b`), parsed to check a
-//! configuration (the server applies them).
-//!
-//! The dev cluster parses both the same way (`devcluster/src/selectors`); a property test holds
-//! the two to the same meaning.
+//! Label selectors: the equality-based (`a=b`, `a==b`, `a!=b`) and set-based (`a in (x,y)`,
+//! `a notin (x)`, `a`, `!a`, `a>1`, `a<1`) grammar of `k8s.io/apimachinery/pkg/labels`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::str::FromStr;
+
+use serde_json::{Map, Value};
+
+use crate::{Error, Kind};
 
 /// A parsed label selector; every requirement must hold. The empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -15,16 +15,38 @@ pub struct LabelSelector {
     requirements: Vec<Requirement>,
 }
 
-/// Why a selector does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind} selector {selector:?}: {reason}")]
-pub struct SelectorError {
-    /// `label` or `field`.
-    pub kind: &'static str,
-    /// The selector text.
-    pub selector: String,
-    /// What is wrong with it.
-    pub reason: String,
+impl LabelSelector {
+    /// Whether the selector has no requirements (matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether every requirement holds for the labels `value_of` looks up.
+    pub fn matches_with<'a>(&self, value_of: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| r.matches(value_of(&r.key)))
+    }
+
+    /// Whether a label map satisfies every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Whether a JSON label map (an object's `metadata.labels`) satisfies every requirement.
+    pub fn matches_json(&self, labels: Option<&Map<String, Value>>) -> bool {
+        self.matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str))
+    }
+
+    /// Whether an object's `metadata.labels` satisfy every requirement.
+    pub fn matches_object(&self, object: &Value) -> bool {
+        self.is_empty()
+            || self.matches_json(
+                object
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object),
+            )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +69,7 @@ enum Op {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    fn matches(&self, value: Option<&str>) -> bool {
         match (self.op, value) {
             (Op::Exists, v) => v.is_some(),
             (Op::DoesNotExist, v) => v.is_none(),
@@ -68,24 +89,12 @@ impl Requirement {
     }
 }
 
-impl LabelSelector {
-    /// Whether `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
-    }
-
-    /// Whether this selector matches every object.
-    pub fn selects_all(&self) -> bool {
-        self.requirements.is_empty()
-    }
-}
-
 impl FromStr for LabelSelector {
-    type Err = SelectorError;
+    type Err = Error;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let fail = |reason: String| SelectorError {
-            kind: "label",
+        let fail = |reason: String| Error {
+            kind: Kind::Label,
             selector: text.to_owned(),
             reason,
         };
@@ -358,157 +367,112 @@ fn label_value(value: String) -> Result<String, String> {
     }
 }
 
-/// A parsed field selector: `field=value`, `field==value`, `field!=value` terms, separated by
-/// commas, `\` escaping `,`, `=` and `\` in values.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector {
-    terms: Vec<(String, bool, String)>,
-}
-
-impl FieldSelector {
-    /// Whether the selector has no terms.
-    pub fn is_empty(&self) -> bool {
-        self.terms.is_empty()
-    }
-}
-
-impl FromStr for FieldSelector {
-    type Err = SelectorError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let fail = |reason: &str| SelectorError {
-            kind: "field",
-            selector: text.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let mut terms = Vec::new();
-        for raw in split_unescaped(text) {
-            if raw.trim().is_empty() {
-                continue;
+impl fmt::Display for LabelSelector {
+    /// The canonical text form, which parses back to the same selector.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
             }
-            let (field, negated, value) = split_term(&raw)
-                .ok_or_else(|| fail(&format!("{raw:?} is not field=value or field!=value")))?;
-            let field = unescape(field.trim());
-            if field.is_empty() {
-                return Err(fail(&format!("{raw:?} has no field name")));
+            let values = r.values.iter().cloned().collect::<Vec<_>>().join(",");
+            let key = &r.key;
+            match r.op {
+                Op::Exists => write!(f, "{key}")?,
+                Op::DoesNotExist => write!(f, "!{key}")?,
+                Op::Equals => write!(f, "{key}={values}")?,
+                Op::NotEquals => write!(f, "{key}!={values}")?,
+                Op::In => write!(f, "{key} in ({values})")?,
+                Op::NotIn => write!(f, "{key} notin ({values})")?,
+                Op::GreaterThan => write!(f, "{key}>{values}")?,
+                Op::LessThan => write!(f, "{key}<{values}")?,
             }
-            terms.push((field, negated, unescape(value)));
         }
-        Ok(Self { terms })
+        Ok(())
     }
-}
-
-/// Splits on commas not escaped by a backslash; escapes are kept.
-fn split_unescaped(text: &str) -> Vec<String> {
-    let mut parts = vec![String::new()];
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        let part = parts.last_mut().expect("never empty");
-        match c {
-            '\\' => {
-                part.push(c);
-                part.extend(chars.next());
-            }
-            ',' => parts.push(String::new()),
-            _ => part.push(c),
-        }
-    }
-    parts
-}
-
-/// Splits a term around its first unescaped `!=`, `==` or `=`.
-fn split_term(term: &str) -> Option<(&str, bool, &str)> {
-    let bytes = term.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match (bytes[i], bytes.get(i + 1)) {
-            (b'\\', _) => i += 2,
-            (b'!', Some(b'=')) => return Some((&term[..i], true, &term[i + 2..])),
-            (b'=', Some(b'=')) => return Some((&term[..i], false, &term[i + 2..])),
-            (b'=', _) => return Some((&term[..i], false, &term[i + 1..])),
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-fn unescape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            out.extend(chars.next());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn matches(selector: &str, labels: Value) -> bool {
+        let selector: LabelSelector = selector.parse().unwrap();
+        selector.matches_json(labels.as_object())
     }
 
     #[test]
-    fn matches_equality_and_set_requirements() {
-        let s: LabelSelector = "app=web, tier in (front,edge),!canary,env!=dev"
-            .parse()
-            .unwrap();
-        assert!(s.matches(&labels(&[("app", "web"), ("tier", "edge")])));
-        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "back")])));
-        assert!(!s.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "edge"),
-            ("canary", "1")
-        ])));
-        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "edge"), ("env", "dev")])));
-        let s: LabelSelector = "app.kubernetes.io/name,zone notin (a)".parse().unwrap();
-        assert!(s.matches(&labels(&[("app.kubernetes.io/name", "x"), ("zone", "b")])));
-        assert!(!s.matches(&labels(&[("zone", "b")])));
+    fn equality_requirements() {
+        let labels = json!({"app": "web", "tier": "front"});
+        assert!(matches("app=web", labels.clone()));
+        assert!(matches("app==web", labels.clone()));
+        assert!(matches("app = web , tier==front", labels.clone()));
+        assert!(!matches("app=db", labels.clone()));
+        assert!(matches("app!=db", labels.clone()));
+        assert!(matches("missing!=x", labels.clone()));
+        assert!(!matches("app!=web", labels.clone()));
+    }
+
+    #[test]
+    fn set_requirements() {
+        let labels = json!({"env": "prod", "app": "web"});
+        assert!(matches("env in (prod, staging)", labels.clone()));
+        assert!(!matches("env in (dev)", labels.clone()));
+        assert!(matches("env notin (dev)", labels.clone()));
+        assert!(matches("other notin (dev)", labels.clone()));
+        assert!(!matches("env notin (prod)", labels.clone()));
+        assert!(matches("app", labels.clone()));
+        assert!(!matches("!app", labels.clone()));
+        assert!(matches("!other,app,env in (prod)", labels.clone()));
+        assert!(matches(
+            "app.kubernetes.io/name=web",
+            json!({"app.kubernetes.io/name": "web"})
+        ));
     }
 
     #[test]
     fn numeric_comparisons() {
-        let s: LabelSelector = "replicas>2,size<10".parse().unwrap();
-        assert!(s.matches(&labels(&[("replicas", "3"), ("size", "9")])));
-        assert!(!s.matches(&labels(&[("replicas", "2"), ("size", "9")])));
-        assert!(!s.matches(&labels(&[("size", "9")])));
+        let labels = json!({"replicas": "3", "size": "9"});
+        assert!(matches("replicas>2,size<10", labels.clone()));
+        assert!(!matches("replicas<3", labels.clone()));
+        assert!(!matches("missing>1", labels));
         assert!("replicas>x".parse::<LabelSelector>().is_err());
     }
 
     #[test]
-    fn empty_selects_everything() {
-        let s: LabelSelector = " ".parse().unwrap();
-        assert!(s.selects_all() && s.matches(&labels(&[])));
+    fn empty_value_and_empty_selector() {
+        assert!(matches("flag=", json!({"flag": ""})));
+        assert!(!matches("flag=", json!({"flag": "x"})));
+        assert!(matches("", json!({})));
+        let empty: LabelSelector = "  ".parse().unwrap();
+        assert!(empty.is_empty() && empty.matches(&BTreeMap::new()));
     }
 
     #[test]
-    fn rejects_malformed_selectors() {
+    fn malformed_selectors_are_refused_with_the_reason() {
+        for bad in [
+            "app in prod",
+            "=x",
+            "app in (a,",
+            "app==a==b",
+            "app>x",
+            "a b",
+            "!",
+            "app,,x",
+            "-bad=x",
+            "a ~ b",
+            "a=we b",
+            "Pre.fix/a",
+            "a=-x",
+        ] {
+            let err = bad.parse::<LabelSelector>().unwrap_err();
+            assert_eq!(err.kind, Kind::Label, "{bad}: {err}");
+        }
         assert!(
             "app=".parse::<LabelSelector>().is_ok(),
             "an empty value is valid syntax"
         );
-        for bad in [
-            "=web",
-            "a in b",
-            "a in (x",
-            "a,,b",
-            "a ~ b",
-            "a=we b",
-            "-bad=x",
-            "Pre.fix/a",
-            "a=-x",
-        ] {
-            let err = bad.parse::<LabelSelector>();
-            assert!(err.is_err(), "{bad:?} should not parse");
-        }
         let err = "a in b".parse::<LabelSelector>().unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -517,25 +481,10 @@ mod tests {
     }
 
     #[test]
-    fn field_selectors_take_escapes_and_refuse_terms_without_an_operator() {
-        let s: FieldSelector = r"metadata.name=a\,b,spec.nodeName!=n1,".parse().unwrap();
-        assert_eq!(
-            s.terms,
-            [
-                ("metadata.name".into(), false, "a,b".into()),
-                ("spec.nodeName".into(), true, "n1".into())
-            ]
-        );
-        assert!("".parse::<FieldSelector>().unwrap().is_empty());
-        let err = "metadata.name".parse::<FieldSelector>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            r#"invalid field selector "metadata.name": "metadata.name" is not field=value or field!=value"#
-        );
-        assert!("=x".parse::<FieldSelector>().is_err());
+    fn display_round_trips() {
+        let text = "a=b,c!=d,e in (f,g),h notin (i),j,!k,n>1,m<2";
+        let parsed: LabelSelector = text.parse().unwrap();
+        assert_eq!(parsed.to_string(), text);
+        assert_eq!(parsed, parsed.to_string().parse().unwrap());
     }
 }
-
-#[cfg(test)]
-#[path = "selector_props.rs"]
-mod props;
