@@ -125,6 +125,36 @@ async fn plugins_run_from_a_registry_by_tag_and_digest_and_a_new_tag_is_swapped_
     assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
     assert_eq!(manifest["layers"][0]["digest"], sha256_digest(&v1));
 
+    // `wasmformer validate` pulls and checks an oci:// plugin like a file, and names a missing tag.
+    let validate = |tagged: &str| {
+        let file = dir.path().join("validate.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "host: {{insecureRegistries: [\"{host}\"]}}\nplugins:\n  - {{name: rec, wasm: \"{tagged}\", handles: [{{apiVersion: v1, kind: ConfigMap}}]}}\n"
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_wasmformer"))
+            .args(["validate", "--offline", "--config"])
+            .arg(&file)
+            .env("WASMFORMER_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, stdout) = validate(&tag);
+    assert!(ok, "{stdout}");
+    let (ok, stdout) = validate(&format!("oci://{host}/plugins/recorder:missing"));
+    assert!(
+        !ok && stdout.contains("plugins[0].wasm: plugin rec: oci://")
+            && stdout.contains("does not exist in its registry (no such tag)"),
+        "{stdout}"
+    );
+
     let dev = DevCluster::start(DevClusterConfig::default())
         .await
         .expect("dev cluster starts");
