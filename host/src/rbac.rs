@@ -123,7 +123,26 @@ pub fn objects(
             );
         }
     }
+    if leader_election(config) {
+        add(
+            Some(options.namespace.clone()),
+            &Resource {
+                group: "coordination.k8s.io".into(),
+                plural: "leases".into(),
+                namespaced: true,
+            },
+            "",
+            &["create", "get", "update"],
+        );
+    }
     Ok(render(&rules, options))
+}
+
+/// Whether the host campaigns for a Lease in its own namespace (leader election): then it needs
+/// `get`, `create` and `update` on `coordination.k8s.io` `leases` there. The config has no
+/// `host.leaderElection` yet: this is the one place to read it when it lands.
+pub fn leader_election(_config: &HostConfig) -> bool {
+    false
 }
 
 fn rule(group: &str, resource: &str, verbs: &BTreeSet<&'static str>) -> PolicyRule {

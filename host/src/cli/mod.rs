@@ -4,7 +4,9 @@ mod admin;
 mod build;
 mod dev;
 mod inspect;
+mod manifests;
 mod new;
+mod push;
 mod rbac;
 mod replay;
 mod run;
@@ -72,6 +74,11 @@ pub enum Command {
     Toolchain(toolchain::ToolchainArgs),
     /// Print the RBAC roles (and ServiceAccount bindings) exactly a configuration needs.
     Rbac(rbac::RbacArgs),
+    /// Print the manifests that run a configuration in a cluster: ServiceAccount, RBAC,
+    /// ConfigMap, Deployment, metrics Service (and a ServiceMonitor).
+    Manifests(manifests::ManifestsArgs),
+    /// Publish a plugin to an OCI registry (the Wasm OCI layout) and print its digest.
+    Push(push::PushArgs),
 }
 
 /// Sets up the tracing subscriber. `RUST_LOG` overrides the default filter.
@@ -86,7 +93,9 @@ pub fn init_tracing(args: &Args) {
         | Command::New(_)
         | Command::Build(_)
         | Command::Toolchain(_)
-        | Command::Rbac(_) => "warn,plugin=off",
+        | Command::Rbac(_)
+        | Command::Manifests(_)
+        | Command::Push(_) => "warn,plugin=off",
         Command::Run(_) | Command::Dev(_) => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -131,6 +140,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Build(build) => build::run(build),
         Command::Toolchain(toolchain) => toolchain::run_command(toolchain),
         Command::Rbac(rbac) => rbac::run(rbac),
+        Command::Manifests(manifests) => manifests::run(manifests),
+        Command::Push(push) => push::run(push, cache_dir),
     }
 }
 

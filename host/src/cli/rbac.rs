@@ -40,8 +40,28 @@ pub fn run(args: RbacArgs) -> anyhow::Result<ExitCode> {
         service_account: args.service_account.clone(),
         namespace: args.namespace.clone(),
     };
-    let objects = if args.offline {
-        rbac::objects(&config, &options, |kind| {
+    let objects = objects(&config, &options, args.offline)?;
+    match objects {
+        Ok(objects) => {
+            print!("{}", rbac::to_yaml(&objects));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// The RBAC objects `config` needs: kinds resolved by the cluster's discovery, or guessed when
+/// `offline`. The outer error: the cluster could not be reached; the inner: a kind is unknown.
+pub(super) fn objects(
+    config: &HostConfig,
+    options: &RbacOptions,
+    offline: bool,
+) -> anyhow::Result<Result<Vec<serde_json::Value>, String>> {
+    if offline {
+        Ok(rbac::objects(config, options, |kind| {
             let name = kind
                 .kind
                 .clone()
@@ -58,11 +78,11 @@ pub fn run(args: RbacArgs) -> anyhow::Result<ExitCode> {
                 plural,
                 namespaced: !cluster_scoped,
             })
-        })
+        }))
     } else {
         let tokio = tokio::runtime::Runtime::new()?;
         tokio.block_on(async {
-            let client = runtime::connect(&config).await?;
+            let client = runtime::connect(config).await?;
             let discovery = runtime::Discovery::new(client);
             let mut resolved = Vec::new();
             for plugin in &config.plugins {
@@ -81,23 +101,13 @@ pub fn run(args: RbacArgs) -> anyhow::Result<ExitCode> {
                     ));
                 }
             }
-            anyhow::Ok(rbac::objects(&config, &options, |kind| {
+            anyhow::Ok(rbac::objects(config, options, |kind| {
                 resolved
                     .iter()
                     .find(|(k, _)| k == kind)
                     .map(|(_, r)| r.clone())
                     .unwrap_or_else(|| Err(format!("{kind} was not resolved")))
             }))
-        })?
-    };
-    match objects {
-        Ok(objects) => {
-            print!("{}", rbac::to_yaml(&objects));
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(2))
-        }
+        })
     }
 }

@@ -69,7 +69,13 @@ fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Proble
             .get("name")
             .and_then(|n| n.as_str())
             .map_or_else(|| format!("plugins[{i}]"), str::to_owned);
-        match LoadedPlugin::load(engine, &name, &base_dir.join(wasm)) {
+        let loaded = match wasmformer::oci::reference_of(Path::new(wasm)) {
+            Some(reference) => pull_and_load(engine, &doc, &name, wasm, reference),
+            None => {
+                LoadedPlugin::load(engine, &name, &base_dir.join(wasm)).map_err(|e| error_chain(&e))
+            }
+        };
+        match loaded {
             Ok(loaded) => {
                 let limit = entry
                     .pointer("/limits/memoryBytes")
@@ -77,10 +83,44 @@ fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Proble
                     .map_or(Limits::default().memory_bytes, |m| m as usize);
                 warnings.extend(memory_warning(&loaded, limit, i));
             }
-            Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), error_chain(&e))),
+            Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), e)),
         }
     }
     (problems, warnings)
+}
+
+/// Pulls an `oci://` plugin (with the document's `host.insecureRegistries`) and loads it.
+fn pull_and_load(
+    engine: &PluginEngine,
+    doc: &serde_json::Value,
+    name: &str,
+    wasm: &str,
+    reference: &str,
+) -> Result<LoadedPlugin, String> {
+    let insecure = doc
+        .pointer("/host/insecureRegistries")
+        .and_then(|r| r.as_array())
+        .map(|r| {
+            r.iter()
+                .filter_map(|h| h.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let registries = wasmformer::oci::Registries {
+        insecure,
+        cache: engine
+            .cache_dir()
+            .map(|dir| wasmformer::oci::BlobCache::new(dir.join("oci"))),
+    };
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let pulled = tokio
+        .block_on(wasmformer::oci::pull(name, reference, &registries))
+        .map_err(|e| error_chain(&e))?;
+    LoadedPlugin::from_bytes(engine, name, Path::new(wasm), &pulled.wasm)
+        .map_err(|e| error_chain(&e))
 }
 
 /// A warning when a fresh instance of `plugin` already needs more memory than its limit allows

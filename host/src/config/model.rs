@@ -48,6 +48,9 @@ pub struct HostSettings {
     /// a larger one is rejected with an error naming it, never cached or handed to a plugin.
     /// Read at start.
     pub max_object_bytes: usize,
+    /// `insecureRegistries: [127.0.0.1:5000]` — registries (`host:port`, as in `oci://` references)
+    /// reached over plain HTTP instead of HTTPS; meant for a registry on loopback or in a test.
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for HostSettings {
@@ -60,6 +63,7 @@ impl Default for HostSettings {
             shutdown_timeout: Duration::from_secs(10),
             watch_config: true,
             max_object_bytes: 2 << 20,
+            insecure_registries: Vec::new(),
         }
     }
 }

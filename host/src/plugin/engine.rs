@@ -26,6 +26,8 @@ pub struct PluginEngine {
     engine: Engine,
     linker: Linker<HostState>,
     cache: Option<CompileCache>,
+    /// Where `cache` lives (pulled OCI components are kept in its `oci/`).
+    cache_dir: Option<PathBuf>,
     /// Advances the epoch while the engine lives; stopped and joined on drop.
     _ticker: Ticker,
 }
@@ -65,9 +67,9 @@ impl PluginEngine {
             &mut linker,
             |s| s,
         )?;
-        let cache = match cache_dir {
+        let cache = match &cache_dir {
             Some(dir) => {
-                Some(CompileCache::open(&dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?)
+                Some(CompileCache::open(dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?)
             }
             None => None,
         };
@@ -76,6 +78,7 @@ impl PluginEngine {
             engine,
             linker,
             cache,
+            cache_dir,
             _ticker: ticker,
         })
     }
@@ -110,6 +113,11 @@ impl PluginEngine {
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// The compile cache's directory, if caching.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache_dir.as_deref()
     }
 
     pub(crate) fn engine(&self) -> &Engine {

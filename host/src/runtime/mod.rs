@@ -65,6 +65,9 @@ pub enum RuntimeError {
     /// The wasm could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The component could not be pulled from its registry.
+    #[error(transparent)]
+    Pull(#[from] crate::oci::PullError),
     /// `init` failed or trapped.
     #[error("plugin {plugin}: failed to start")]
     Start {
@@ -261,12 +264,9 @@ impl Runtime {
     }
 
     async fn load(&self, plugin: &PluginConfig) -> Result<LoadedPlugin, RuntimeError> {
-        let (engine, name, path) = (
-            self.engine.clone(),
-            plugin.name.to_string(),
-            self.config().wasm_path(plugin),
-        );
-        let loaded = tokio::task::spawn_blocking(move || LoadedPlugin::load(&engine, &name, &path));
+        let (engine, name) = (self.engine.clone(), plugin.name.to_string());
+        let source = crate::oci::PluginSource::resolve(&self.config(), plugin, &engine).await?;
+        let loaded = tokio::task::spawn_blocking(move || source.load(&engine, &name));
         Ok(loaded.await.expect("plugin load task panicked")?)
     }
 
