@@ -4,9 +4,10 @@
 //! One [`PluginWriter`] per plugin, shared by all its versions (so a hot swap keeps its rate
 //! limit), owns the plugin's [`TokenBucket`] and sends each write to its [`Sink`]: the API server
 //! ([`ApiSender`], optionally with `dryRun=All`) or a recording ([`Recording`], for `wasmformer
-//! replay`), and counts how each write ended ([`WriteCounts`]). Writes are synchronous on the plugin's own worker thread: a slow API server delays
-//! only that plugin, and each write's outcome is the call's result. Each write has its own
-//! timeout; waiting for it does not count against the handler's deadline.
+//! replay`), and counts how each write ended ([`WriteCounts`]). Writes are synchronous on the
+//! plugin's own worker thread: a slow API server delays only that plugin, and each write's
+//! outcome is the call's result. Each write has its own timeout; waiting for it does not count
+//! against the handler's deadline.
 
 mod api;
 mod bucket;
