@@ -410,6 +410,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("lastSwapError", "null"),
         ("queueDepth", "number"),
         ("synced", "bool"),
+        ("writes", "object"),
     ];
     let sorted = |mut v: Vec<(String, &'static str)>| {
         v.sort();
@@ -423,6 +424,16 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
                 .map(|(k, t)| (k.to_string(), *t))
                 .collect()
         ),
+        "{running}"
+    );
+    assert_eq!(
+        sorted(shape(&running["writes"])),
+        [
+            ("failed".to_string(), "number"),
+            ("forbiddenByServer".to_string(), "number"),
+            ("ok".to_string(), "number"),
+            ("refusedByGrant".to_string(), "number")
+        ],
         "{running}"
     );
     let broken = plugins.iter().find(|p| p["name"] == "broken").unwrap();

@@ -7,14 +7,26 @@
 //!
 //! `scripts/bench-writes` builds the Go program and runs this; by hand:
 //! `WASMFORMER_GO_APPLIER=/path/applier cargo bench -p wasmformer-tests --bench writes`.
+//!
+//! `writes instructions none|one N` instead makes N handler calls (no write, or one recorded
+//! write each) on the calling thread inside [`measured_calls`], for
+//! `valgrind --tool=callgrind --toggle-collect='*measured_calls*'`: instructions per call, which
+//! unlike times do not depend on the machine's load (`scripts/bench-writes` runs both).
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
-use wasmformer::plugin::Limits;
-use wasmformer::writer::{Recording, Sink};
+use wasmformer::cache::{CachedObject, Gvk};
+use wasmformer::config::WriteGrant;
+use wasmformer::plugin::{
+    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, WriteAccess,
+};
+use wasmformer::writer::{PluginWriter, Recording, Sink, WriteSettings};
 use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::guests;
 use wasmformer_tests::writer::{WriterProbe, apply};
 
 const WRITES: usize = 2000;
@@ -56,6 +68,12 @@ async fn per_call(
 }
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, what, n, ..] = &args[..]
+        && mode == "instructions"
+    {
+        return instructions(what, n.parse().context("N")?);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -162,5 +180,62 @@ async fn run() -> Result<()> {
         "| added per call by one apply to the API server (round trip included) | {:.1} µs |",
         us(live_one) - us(live_none)
     );
+    Ok(())
+}
+
+/// The writer-probe with the recording sink, called `n` times on this thread with `what` (`none`:
+/// no write; `one`: one apply) after as many warm-up calls outside [`measured_calls`].
+fn instructions(what: &str, n: usize) -> Result<()> {
+    let cache = std::env::var("WASMFORMER_BENCH_CACHE_DIR")
+        .unwrap_or_else(|_| "target/tmp/bench-components".to_owned());
+    let engine = PluginEngine::new(Some(cache.into()))?;
+    let plugin = LoadedPlugin::load(&engine, "probe", Path::new(guests::WRITER_PROBE))?;
+    let limits = Limits {
+        deadline: Duration::from_secs(120),
+        write_qps: 1_000_000,
+        write_burst: 1_000_000,
+        ..Limits::default()
+    };
+    let settings = WriteSettings {
+        qps: limits.write_qps,
+        burst: limits.write_burst,
+        timeout: limits.write_timeout,
+    };
+    let writer = Arc::new(PluginWriter::new(
+        "probe",
+        settings,
+        Sink::Record(Recording::default()),
+    ));
+    let granted: Vec<WriteGrant> =
+        wasmformer::yaml::from_str("[{apiVersion: v1, kind: ConfigMap, verbs: [apply]}]")?;
+    let mut grants = Grants::none();
+    grants.grant_writes(Arc::new(WriteAccess::new(granted, false, &limits, writer)));
+    let mut instance = PluginInstance::start(plugin, limits, grants, &json!({}), None)?;
+    let data = match what {
+        "none" => json!({"op": "none"}),
+        "one" => apply(cm("bench", "per-call")),
+        other => bail!("instructions none|one N, not {other}"),
+    };
+    let delivered = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "probe-1", "namespace": "bench", "uid": "u", "resourceVersion": "1",
+                     "labels": {"probe": "yes"}},
+        "data": data});
+    let event = Event::Add {
+        obj: Arc::new(CachedObject::from_value(delivered, true, &[])?),
+        initial: false,
+    };
+    let gvk = Gvk::from_api_version("v1", "ConfigMap");
+    for _ in 0..n {
+        instance.handle(&gvk, &event)?;
+    }
+    measured_calls(&mut instance, &gvk, &event, n)
+}
+
+/// `n` handler calls; `scripts/bench-writes` counts the instructions inside it.
+#[inline(never)]
+fn measured_calls(instance: &mut PluginInstance, gvk: &Gvk, event: &Event, n: usize) -> Result<()> {
+    for _ in 0..n {
+        instance.handle(gvk, event)?;
+    }
     Ok(())
 }

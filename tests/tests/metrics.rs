@@ -1,8 +1,8 @@
 //! `/metrics` of the whole host against the embedded dev cluster, scraped over HTTP and parsed
 //! with a Prometheus text parser (`prometheus-parse`): after a known sequence of events, traps of
 //! each kind, dropped log output, lister reads and swaps (one failed, one done), every counter
-//! says exactly what happened. Also checks that `deploy/grafana-dashboard.json` queries only
-//! metrics the host exports.
+//! says exactly what happened; a plugin granted writes shows its writes series at 0. Also checks
+//! that `deploy/grafana-dashboard.json` queries only metrics the host exports.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -138,7 +138,8 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
         plugin(
             "rec",
             &rec_path.display().to_string(),
-            "    config: {lookup: true}\n",
+            // Granted Events, which it never records: its writes series shows at 0.
+            "    config: {lookup: true}\n    events: true\n",
         ),
         plugin("pan", guests::PANIC, ""),
         plugin(
@@ -324,6 +325,17 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
         ),
         0.0,
         "the old version's info is gone"
+    );
+
+    // A plugin that may write has its writes series from the start, at 0 until it writes
+    // (tests/writer_host.rs counts real writes).
+    assert!(
+        text.contains(r#"wasmformer_writes_total{plugin="rec",verb="event",result="ok"} 0"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"wasmformer_writes_total{plugin="pan""#),
+        "a plugin granted no writes has no writes series: {text}"
     );
 
     // The queue: a sync marker and three adds, all delivered.

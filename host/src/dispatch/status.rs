@@ -6,6 +6,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::writer::WriteTally;
+
 /// Live counters and state of one plugin, updated by its worker.
 #[derive(Debug, Default)]
 pub struct PluginStatus {
@@ -72,6 +74,9 @@ pub struct StatusReport {
     pub queue_depth: usize,
     /// Whether it has processed its initial list.
     pub synced: bool,
+    /// How its writes ended, over all its versions (filled in by the runtime, which holds the
+    /// plugin's writer).
+    pub writes: WriteTally,
 }
 
 /// `2026-11-30T10:00:00Z`.
@@ -139,6 +144,7 @@ impl PluginStatus {
             last_swap_error: None,
             queue_depth: 0,
             synced: false,
+            writes: WriteTally::default(),
         }
     }
 
@@ -157,6 +163,7 @@ impl PluginStatus {
             last_swap_error: details.last_swap_error.map(|(t, e)| TimedError::new(t, e)),
             queue_depth,
             synced: self.is_synced(),
+            writes: WriteTally::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - [`informer`]: one series per informer (never per object), read from the informers' status
 //!   at scrape time.
 //! - [`api`]: the API client's requests by verb and code, and their duration.
+//! - [`writes`]: plugins' writes by verb and result, and their duration.
 //! - [`process`]: resident memory, CPU time and open file descriptors, read from `/proc`.
 //!
 //! This module depends on nothing else of ours: the runtime maps its components' state into the
@@ -17,6 +18,7 @@ pub mod informer;
 pub mod plugin;
 pub mod process;
 pub mod queue;
+pub mod writes;
 
 use std::sync::Arc;
 
@@ -26,6 +28,7 @@ use prometheus_client::registry::Registry;
 pub use informer::{InformerSample, InformerSampler};
 pub use plugin::{CallResult, ListerCalls, PluginMetrics};
 pub use queue::QueueMetrics;
+pub use writes::WriteCalls;
 
 /// The exposition formats `/metrics` answers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +64,7 @@ pub struct Metrics {
     plugins: Arc<plugin::Families>,
     queues: Arc<queue::Families>,
     api: api::Families,
+    writes: writes::Families,
     leader: Gauge,
 }
 
@@ -78,6 +82,7 @@ impl Metrics {
         let plugins = Arc::new(plugin::Families::register(&mut registry));
         let queues = Arc::new(queue::Families::register(&mut registry));
         let api = api::Families::register(&mut registry);
+        let writes = writes::Families::register(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "wasmformer_leader",
@@ -91,6 +96,7 @@ impl Metrics {
             plugins,
             queues,
             api,
+            writes,
             leader,
         }
     }
@@ -104,6 +110,11 @@ impl Metrics {
     /// The handle for the plugin `name` (the same series whenever a plugin of that name runs).
     pub fn plugin(&self, name: &str) -> PluginMetrics {
         PluginMetrics::new(name, self.plugins.clone(), self.queues.plugin(name))
+    }
+
+    /// The handle the plugin `name`'s writer counts its writes with.
+    pub fn writes(&self, name: &str) -> WriteCalls {
+        WriteCalls::new(name, self.writes.clone())
     }
 
     /// `client`, with every request counted and timed.

@@ -233,7 +233,7 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
-        let grants = self.writes.grant(&plugin, grants);
+        let grants = self.writes.grant(&plugin, grants, &self.metrics);
         let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
         let timeout = self.config().host.shutdown_timeout;
@@ -384,7 +384,13 @@ impl Runtime {
             .lock()
             .await
             .values()
-            .map(|r| r.dispatched.report())
+            .map(|r| {
+                let mut report = r.dispatched.report();
+                if let Some(access) = r.grants.writes() {
+                    report.writes = access.writer().counts().tally();
+                }
+                report
+            })
             .collect();
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(PluginStatus::failed_report(name, error.clone()));

@@ -232,7 +232,7 @@ impl Runtime {
             if !force && loaded.digest() == running_digest && running_config == config {
                 return Ok(None);
             }
-            let grants = self.writes.grant(&config, grants);
+            let grants = self.writes.grant(&config, grants, &self.metrics);
             let instance = self.start_instance(&config, loaded, grants).await?;
             Ok::<_, RuntimeError>(Some(instance))
         }

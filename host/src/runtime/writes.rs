@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::config::PluginConfig;
+use crate::metrics::Metrics;
 use crate::plugin::{Grants, WriteAccess};
 use crate::writer::{ApiSender, PluginWriter, Sink, WriteSettings};
 
@@ -26,8 +27,8 @@ impl Writes {
         }
     }
 
-    /// `grants` plus what `plugin`'s config lets it write.
-    pub fn grant(&self, plugin: &PluginConfig, mut grants: Grants) -> Grants {
+    /// `grants` plus what `plugin`'s config lets it write; its writes are counted in `metrics`.
+    pub fn grant(&self, plugin: &PluginConfig, mut grants: Grants, metrics: &Metrics) -> Grants {
         let limits = &plugin.limits;
         let settings = WriteSettings {
             qps: limits.write_qps,
@@ -43,7 +44,8 @@ impl Writes {
             writers
                 .entry(plugin.name.to_string())
                 .or_insert_with(|| {
-                    Arc::new(PluginWriter::new(plugin.name.as_str(), settings, sink))
+                    let name = plugin.name.as_str();
+                    Arc::new(PluginWriter::new(name, settings, sink).counted(metrics.writes(name)))
                 })
                 .clone()
         };

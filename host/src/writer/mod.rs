@@ -4,12 +4,14 @@
 //! One [`PluginWriter`] per plugin, shared by all its versions (so a hot swap keeps its rate
 //! limit), owns the plugin's [`TokenBucket`] and sends each write to its [`Sink`]: the API server
 //! ([`ApiSender`], optionally with `dryRun=All`) or a recording ([`Recording`], for `wasmformer
-//! replay`). Writes are synchronous on the plugin's own worker thread: a slow API server delays
-//! only that plugin, and each write's outcome is the call's result. Each write has its own
-//! timeout; waiting for it does not count against the handler's deadline.
+//! replay`), and counts how each write ended ([`WriteCounts`]). Writes are synchronous on the
+//! plugin's own worker thread: a slow API server delays only that plugin, and each write's
+//! outcome is the call's result. Each write has its own timeout; waiting for it does not count
+//! against the handler's deadline.
 
 mod api;
 mod bucket;
+mod counts;
 mod request;
 
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,7 @@ use serde::Serialize;
 pub use crate::config::WriteVerb as Verb;
 pub use api::ApiSender;
 pub use bucket::TokenBucket;
+pub use counts::{REFUSAL_LOG_INTERVAL, WriteCounts, WriteTally, result_label};
 pub use request::{
     Cause, EventType, PatchType, Propagation, RefusedBy, Target, WriteError, WriteRequest,
     target_of,
@@ -84,6 +87,7 @@ pub struct PluginWriter {
     bucket: TokenBucket,
     timeout: Duration,
     sink: Sink,
+    counts: WriteCounts,
 }
 
 impl PluginWriter {
@@ -94,12 +98,25 @@ impl PluginWriter {
             bucket: TokenBucket::new(settings.qps, settings.burst),
             timeout: settings.timeout,
             sink,
+            counts: WriteCounts::default(),
         }
+    }
+
+    /// This writer, also counting its writes into `/metrics` through `metrics`.
+    #[must_use]
+    pub fn counted(mut self, metrics: crate::metrics::WriteCalls) -> Self {
+        self.counts = WriteCounts::new(Some(metrics));
+        self
     }
 
     /// The plugin's name.
     pub fn plugin(&self) -> &str {
         &self.plugin
+    }
+
+    /// How the plugin's writes ended so far (all its versions).
+    pub fn counts(&self) -> &WriteCounts {
+        &self.counts
     }
 
     /// Sends `request` and waits for its outcome (at most the write timeout): the object the

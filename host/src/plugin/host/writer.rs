@@ -1,12 +1,11 @@
 //! The `writer` import: checks each write against the plugin's grants (`write:`, `events:`) and
 //! limits (writes per call, manifest size, no writes in `init`), then hands it to the plugin's
-//! [`PluginWriter`] (`crate::writer`), which rate-limits and sends it. A refused write answers
-//! at once, is counted, and is logged at most once a minute per (kind, verb).
+//! [`PluginWriter`] (`crate::writer`), which rate-limits and sends it. Every call's outcome is
+//! counted in the writer's [`WriteCounts`](crate::writer::WriteCounts) (`/status`, `/metrics`); a
+//! refused write answers at once and is logged at most once a minute per (kind, verb).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -20,9 +19,6 @@ use crate::writer::{
     WriteRequest, target_of,
 };
 
-/// How often one (kind, verb) refusal is logged per plugin.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
-
 /// What one plugin may write, its write limits, and its writer.
 #[derive(Debug)]
 pub struct WriteAccess {
@@ -31,32 +27,37 @@ pub struct WriteAccess {
     writes_per_call: usize,
     manifest_bytes: usize,
     writer: Arc<PluginWriter>,
-    logged: Mutex<HashMap<(String, &'static str), Instant>>,
-    refused: AtomicU64,
 }
 
 impl WriteAccess {
-    /// `grants` and `events` from the plugin's config, its `limits`, and its writer.
+    /// `grants` and `events` from the plugin's config, its `limits`, and its writer (whose
+    /// `/metrics` series for each granted verb start at 0).
     pub fn new(
         grants: Vec<WriteGrant>,
         events: bool,
         limits: &Limits,
         writer: Arc<PluginWriter>,
     ) -> Self {
+        for grant in &grants {
+            for verb in &grant.verbs {
+                writer.counts().declare(verb.as_str());
+            }
+        }
+        if events {
+            writer.counts().declare("event");
+        }
         Self {
             grants,
             events,
             writes_per_call: limits.writes_per_call,
             manifest_bytes: limits.manifest_bytes,
             writer,
-            logged: Default::default(),
-            refused: AtomicU64::new(0),
         }
     }
 
-    /// How many writes were refused for lack of a grant.
-    pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+    /// The plugin's writer (its counts outlive this version).
+    pub fn writer(&self) -> &Arc<PluginWriter> {
+        &self.writer
     }
 
     /// The JSON object in `text`, within the size limit.
@@ -99,7 +100,8 @@ impl WriteAccess {
         Ok(object)
     }
 
-    /// `Ok` if the grants cover `request`; else the refusal, counted and (rate-limited) logged.
+    /// `Ok` if the grants cover `request`; else the refusal, logged at most once a minute per
+    /// kind and verb.
     fn check(&self, plugin: &str, request: &WriteRequest) -> Result<(), WriteError> {
         let target = request.target();
         let (verb, status) = match request {
@@ -137,31 +139,14 @@ impl WriteAccess {
             }
         };
         let verb = verb.map_or("event", WriteVerb::as_str);
-        if self.count_refusal(&kind, verb, Instant::now()) {
-            tracing::warn!(plugin.id = %plugin, write.verb = verb, write.kind = %kind, object.ref = %target, refused = self.refused(), "write refused: not granted");
+        let counts = self.writer.counts();
+        if let Some(suppressed) = counts.log_refusal(&kind, verb, Instant::now()) {
+            tracing::warn!(plugin.id = %plugin, write.verb = verb, write.kind = %kind, object.ref = %target, write.refusedUnlogged = suppressed, "write refused: not granted");
         }
         Err(WriteError::Forbidden {
             by: RefusedBy::Grant,
             message,
         })
-    }
-
-    /// Counts a refusal of `verb` on `kind` at `now`; true if it is to be logged (the first, then
-    /// at most one a minute per kind and verb).
-    fn count_refusal(&self, kind: &str, verb: &'static str, now: Instant) -> bool {
-        self.refused.fetch_add(1, Ordering::Relaxed);
-        let mut logged = self.logged.lock().expect("refusal log lock");
-        match logged.get_mut(&(kind.to_owned(), verb)) {
-            Some(last) if now.duration_since(*last) < REFUSAL_LOG_INTERVAL => false,
-            Some(last) => {
-                *last = now;
-                true
-            }
-            None => {
-                logged.insert((kind.to_owned(), verb), now);
-                true
-            }
-        }
     }
 }
 
@@ -220,10 +205,11 @@ fn to_wit(error: WriteError) -> Error {
 }
 
 impl HostState {
-    /// Checks and sends one write. The time the write takes is added to the call's deadline: a
-    /// write has its own budget (`limits.writeTimeout`).
+    /// Checks and sends one write of `verb`, and counts how it ended. The time the write takes
+    /// is added to the call's deadline: a write has its own budget (`limits.writeTimeout`).
     fn write(
         &mut self,
+        verb: &'static str,
         prepare: impl FnOnce(&WriteAccess, &str) -> Result<WriteRequest, WriteError>,
     ) -> wasmtime::Result<Result<String, Error>> {
         self.check_deadline()?;
@@ -236,31 +222,49 @@ impl HostState {
                 ),
             })));
         };
+        let mut sent = None;
+        let outcome = self.checked(&access, &plugin, prepare).and_then(|request| {
+            let started = Instant::now();
+            let outcome = access.writer.send(request);
+            sent = Some(started.elapsed());
+            outcome
+        });
+        if let Some(took) = sent {
+            self.deadline += took;
+        }
+        access
+            .writer
+            .counts()
+            .count(verb, outcome.as_ref().map(|_| ()), sent);
+        Ok(outcome.map_err(to_wit))
+    }
+
+    /// The write `prepare` builds, if this call may write it: not in `init`, within
+    /// `limits.writesPerCall`, well-formed, granted.
+    fn checked(
+        &mut self,
+        access: &WriteAccess,
+        plugin: &str,
+        prepare: impl FnOnce(&WriteAccess, &str) -> Result<WriteRequest, WriteError>,
+    ) -> Result<WriteRequest, WriteError> {
         if self.in_init {
-            return Ok(Err(to_wit(WriteError::invalid(format!(
+            return Err(WriteError::invalid(format!(
                 "plugin {plugin}: writes are not allowed in init; write from a handler"
-            )))));
+            )));
         }
         self.writes_this_call += 1;
         if self.writes_this_call > access.writes_per_call {
             if self.writes_this_call == access.writes_per_call + 1 {
                 tracing::warn!(plugin.id = %plugin, limit = access.writes_per_call, "plugin over limits.writesPerCall; further writes in this call are refused");
             }
-            return Ok(Err(to_wit(WriteError::invalid(format!(
+            return Err(WriteError::invalid(format!(
                 "plugin {plugin}: more than limits.writesPerCall ({}) writes in one call",
                 access.writes_per_call
-            )))));
+            )));
         }
-        let request = match prepare(&access, &plugin)
-            .and_then(|request| access.check(&plugin, &request).map(|()| request))
-        {
-            Ok(request) => request,
-            Err(error) => return Ok(Err(to_wit(error))),
-        };
-        let started = Instant::now();
-        let outcome = access.writer.send(request);
-        self.deadline += started.elapsed();
-        Ok(outcome.map_err(to_wit))
+        let request = prepare(access, plugin)?;
+        access.check(plugin, &request)?;
+        Ok(request)
     }
 }
 
@@ -270,7 +274,7 @@ impl wit::Host for HostState {
         manifest: String,
         options: wit::ApplyOptions,
     ) -> wasmtime::Result<Result<String, Error>> {
-        self.write(|access, plugin| {
+        self.write("apply", |access, plugin| {
             let object = access.manifest(plugin, &manifest)?;
             Ok(WriteRequest::Apply {
                 object,
@@ -287,7 +291,7 @@ impl wit::Host for HostState {
         body: String,
         status: bool,
     ) -> wasmtime::Result<Result<String, Error>> {
-        self.write(|access, plugin| {
+        self.write("patch", |access, plugin| {
             let body = access.parse(plugin, "the patch", &body)?;
             let patch_type = match patch_type {
                 wit::PatchType::Merge => PatchType::Merge,
@@ -303,7 +307,7 @@ impl wit::Host for HostState {
     }
 
     fn create(&mut self, manifest: String) -> wasmtime::Result<Result<String, Error>> {
-        self.write(|access, plugin| {
+        self.write("create", |access, plugin| {
             Ok(WriteRequest::Create {
                 object: access.manifest(plugin, &manifest)?,
             })
@@ -316,7 +320,7 @@ impl wit::Host for HostState {
         propagation: wit::Propagation,
         preconditions: wit::Preconditions,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let outcome = self.write(|_, _| {
+        let outcome = self.write("delete", |_, _| {
             let propagation = match propagation {
                 wit::Propagation::Default => Propagation::Default,
                 wit::Propagation::Background => Propagation::Background,
@@ -341,7 +345,7 @@ impl wit::Host for HostState {
         action: String,
         note: String,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let outcome = self.write(|_, plugin| {
+        let outcome = self.write("event", |_, plugin| {
             if reason.is_empty() || action.is_empty() {
                 return Err(WriteError::invalid(format!(
                     "plugin {plugin}: an Event needs a reason and an action"
@@ -371,6 +375,9 @@ impl wit::Host for HostState {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
     use super::*;
     use crate::writer::{Recording, Sink, WriteSettings};
 
@@ -388,38 +395,68 @@ mod tests {
         WriteAccess::new(Vec::new(), false, &Limits::default(), writer)
     }
 
-    #[test]
-    fn refusals_are_all_counted_and_logged_once_a_minute_per_kind_and_verb() {
-        let access = access();
-        let start = Instant::now();
-        assert!(access.count_refusal("v1 Pod", "apply", start));
-        assert!(!access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(59)));
-        assert!(
-            access.count_refusal("v1 Pod", "delete", start + Duration::from_secs(1)),
-            "another verb is logged"
-        );
-        assert!(
-            access.count_refusal("v1 Secret", "apply", start + Duration::from_secs(1)),
-            "another kind is logged"
-        );
-        assert!(
-            access.count_refusal("v1 Pod", "apply", start + Duration::from_secs(61)),
-            "a minute later it is logged again"
-        );
-        assert_eq!(access.refused(), 5);
+    fn create(kind: &str) -> WriteRequest {
+        WriteRequest::Create {
+            object: serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "d", "namespace": "shop"}}),
+        }
+    }
+
+    /// Log lines written while `run` runs (WARN and above, plain text).
+    fn logged(run: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Capture {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
     }
 
     #[test]
     fn a_write_outside_the_grants_is_refused_naming_plugin_kind_and_verb() {
         let access = access();
-        let request = WriteRequest::Create {
-            object: serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "shop"}}),
-        };
-        let error = access.check("p", &request).unwrap_err();
+        let error = access.check("p", &create("Deployment")).unwrap_err();
         assert_eq!(
             error,
             WriteError::Forbidden { by: RefusedBy::Grant, message: "plugin p is not granted create on apps/v1 Deployment in namespace shop; add it to the plugin's `write:` list".into() }
         );
-        assert_eq!(access.refused(), 1);
+    }
+
+    #[test]
+    fn repeated_refusals_of_one_kind_and_verb_are_logged_once_a_minute() {
+        let access = access();
+        let lines = logged(|| {
+            for _ in 0..5 {
+                access.check("p", &create("Deployment")).unwrap_err();
+            }
+            access.check("p", &create("StatefulSet")).unwrap_err();
+            access.check("p", &create("StatefulSet")).unwrap_err();
+        });
+        let refusals: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("write refused: not granted"))
+            .collect();
+        assert_eq!(refusals.len(), 2, "one line per kind and verb: {lines:#?}");
+        assert!(
+            refusals[0].contains("plugin.id=p")
+                && refusals[0].contains("write.verb=\"create\"")
+                && refusals[0].contains("apps/v1 Deployment"),
+            "{refusals:?}"
+        );
+        assert!(refusals[1].contains("apps/v1 StatefulSet"), "{refusals:?}");
     }
 }

@@ -2,9 +2,11 @@
 //! `op` (none, apply, apply-series, create, patch, json-patch, delete, event, raw-apply), `manifest` (JSON, for
 //! apply/create; sent as-is by raw-apply), `force`/`status` ("true"), `apiVersion`/`kind`/
 //! `namespace`/`name` (patch and delete targets), `body` (patch), `uid`/`resourceVersion` (delete
-//! preconditions), `count` (repeat the write). A failed write fails the handler with the error's
+//! preconditions), `count` (repeat the write), `pad` (bytes added to the manifest as an
+//! annotation, to make a large one without a large ConfigMap). A failed write fails the handler with the error's
 //! text (with who refused a `forbidden`); a success logs `ok <answer>`. Config
-//! `{"writeInInit": true}` makes `init` try an apply and fail with its error.
+//! `{"writeInInit": true}` makes `init` try an apply and fail with its error; `{"tag": "v2"}`
+//! labels every manifest it writes `by: v2` (which version of the probe wrote it).
 
 use std::collections::BTreeMap;
 
@@ -15,9 +17,11 @@ use wasmformer_guest::writer::{
 use wasmformer_guest::{Error, Gvk, Object, Plugin, Result, info};
 
 #[derive(Default)]
-struct Probe;
+struct Probe {
+    tag: Option<String>,
+}
 
-fn write(obj: &Object) -> Result<String> {
+fn write(obj: &Object, tag: Option<&str>) -> Result<String> {
     let data: BTreeMap<String, String> = obj
         .decode::<Value>()?
         .get("data")
@@ -26,7 +30,16 @@ fn write(obj: &Object) -> Result<String> {
         .transpose()?
         .unwrap_or_default();
     let get = |k: &str| data.get(k).cloned().unwrap_or_default();
-    let manifest = || serde_json::from_str::<Value>(&get("manifest"));
+    let manifest = || {
+        let mut manifest = serde_json::from_str::<Value>(&get("manifest"))?;
+        if let Ok(pad) = get("pad").parse::<usize>() {
+            manifest["metadata"]["annotations"]["pad"] = Value::String("x".repeat(pad));
+        }
+        if let Some(tag) = tag {
+            manifest["metadata"]["labels"]["by"] = Value::String(tag.to_owned());
+        }
+        Ok::<_, serde_json::Error>(manifest)
+    };
     let (group, version) = match get("apiVersion").rsplit_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
         None => (String::new(), get("apiVersion")),
@@ -110,6 +123,7 @@ fn write(obj: &Object) -> Result<String> {
 
 impl Plugin for Probe {
     fn init(&mut self, config: Value) -> Result<()> {
+        self.tag = config.get("tag").and_then(Value::as_str).map(str::to_owned);
         if config.get("writeInInit") == Some(&Value::Bool(true)) {
             writer::apply(
                 &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}),
@@ -122,7 +136,7 @@ impl Plugin for Probe {
         if obj.kind().kind != "ConfigMap" || obj.label("probe").is_none() {
             return Ok(());
         }
-        let answer = write(obj)?;
+        let answer = write(obj, self.tag.as_deref())?;
         info!("ok {answer}");
         Ok(())
     }
