@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Limits;
+use super::{LeaderElection, Limits};
 use crate::cache::{FieldPath, Gvk};
 
 /// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
@@ -48,6 +48,9 @@ pub struct HostSettings {
     /// a larger one is rejected with an error naming it, never cached or handed to a plugin.
     /// Read at start.
     pub max_object_bytes: usize,
+    /// `leaderElection: {enabled: true}` — elect one replica to call handlers (see
+    /// [`LeaderElection`]). Read at start.
+    pub leader_election: LeaderElection,
 }
 
 impl Default for HostSettings {
@@ -60,6 +63,7 @@ impl Default for HostSettings {
             shutdown_timeout: Duration::from_secs(10),
             watch_config: true,
             max_object_bytes: 2 << 20,
+            leader_election: LeaderElection::default(),
         }
     }
 }
