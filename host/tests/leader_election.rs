@@ -114,6 +114,19 @@ impl Host {
         Some(status["leadership"].clone())
     }
 
+    /// The value of the unlabelled metric `name` on `/metrics`.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+        let text = ureq::get(&url)
+            .call()
+            .ok()?
+            .body_mut()
+            .read_to_string()
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
     fn is_leader(&self) -> bool {
         self.leadership()
             .is_some_and(|l| l["leader"] == json!(true))
@@ -214,6 +227,10 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
             .is_ok()
     };
     b.wait_until("host-b is ready (its cache synced)", ready);
+    assert_eq!(b.metric("wasmformer_leader"), Some(0.0), "a follower");
+    assert_eq!(a.metric("wasmformer_leader"), Some(1.0), "the leader");
+    assert_eq!(a.metric("wasmformer_leader_transitions_total"), Some(1.0));
+    assert!(b.calls().is_empty(), "a follower calls no handler");
     let rv = write(&tokio, &api, "while-a-leads", "1");
     a.wait_until("host-a handles a change", |h| {
         !calls_of(&h.calls(), "while-a-leads", &rv).is_empty()
@@ -231,6 +248,8 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
     b.wait_until("host-b handles the change made during the takeover", |h| {
         !calls_of(&h.calls(), &during_kill.0, &during_kill.1).is_empty()
     });
+    assert_eq!(b.metric("wasmformer_leader"), Some(1.0), "the new leader");
+    assert_eq!(b.leadership().unwrap()["holder"], json!("host-b"));
     let rv = write(&tokio, &api, "while-a-leads", "2");
     b.wait_until("host-b handles a change after the takeover", |h| {
         !calls_of(&h.calls(), "while-a-leads", &rv).is_empty()
