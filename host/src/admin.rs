@@ -25,6 +25,8 @@ pub struct HostStatus {
     pub plugins: Vec<StatusReport>,
     /// Every running informer.
     pub informers: Vec<InformerReport>,
+    /// Whether this replica leads, and who holds the Lease.
+    pub leadership: crate::runtime::LeadershipReport,
 }
 
 /// One running informer, as `/status` shows it.
@@ -111,6 +113,7 @@ pub async fn host_status(runtime: &Runtime) -> HostStatus {
     HostStatus {
         plugins: runtime.statuses().await,
         informers,
+        leadership: runtime.leadership(),
     }
 }
 

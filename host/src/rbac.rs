@@ -125,24 +125,25 @@ pub fn objects(
     }
     if leader_election(config) {
         add(
-            Some(options.namespace.clone()),
+            Some(config.host.leader_election.namespace.clone()),
             &Resource {
                 group: "coordination.k8s.io".into(),
                 plural: "leases".into(),
                 namespaced: true,
             },
             "",
-            &["create", "get", "update"],
+            // kube-lease-manager reads, creates and patches (apply and strategic merge) the Lease.
+            &["create", "get", "patch", "update"],
         );
     }
     Ok(render(&rules, options))
 }
 
-/// Whether the host campaigns for a Lease in its own namespace (leader election): then it needs
-/// `get`, `create` and `update` on `coordination.k8s.io` `leases` there. The config has no
-/// `host.leaderElection` yet: this is the one place to read it when it lands.
-pub fn leader_election(_config: &HostConfig) -> bool {
-    false
+/// Whether the host campaigns for a Lease (`host.leaderElection.enabled`): then it needs
+/// `get`, `create`, `patch` and `update` on `coordination.k8s.io` `leases` in the Lease's
+/// namespace.
+pub fn leader_election(config: &HostConfig) -> bool {
+    config.host.leader_election.enabled
 }
 
 fn rule(group: &str, resource: &str, verbs: &BTreeSet<&'static str>) -> PolicyRule {
@@ -334,5 +335,41 @@ plugins:
             serde_json::json!({"kind": "ServiceAccount", "name": "runner", "namespace": "ops"})
         );
         assert!(to_yaml(&objects).contains("---\n"));
+    }
+
+    #[test]
+    fn leader_election_adds_the_lease_rules_in_the_lease_namespace() {
+        let yaml = r#"
+host:
+  leaderElection: {enabled: true, namespace: elect}
+plugins:
+  - name: p
+    wasm: a.wasm
+    handles: [{apiVersion: v1, kind: ConfigMap}]
+"#;
+        let config = HostConfig::parse(yaml, "/".into()).unwrap();
+        let options = RbacOptions {
+            name: "wf".into(),
+            service_account: None,
+            namespace: "ops".into(),
+        };
+        let objects = objects(&config, &options, |_| {
+            Ok(Resource {
+                group: String::new(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            })
+        })
+        .unwrap();
+        let lease_role = objects
+            .iter()
+            .find(|o| o["rules"][0]["resources"][0] == "leases")
+            .expect("a Role for the Lease");
+        assert_eq!(lease_role["kind"], "Role");
+        assert_eq!(lease_role["metadata"]["namespace"], "elect");
+        assert_eq!(
+            lease_role["rules"][0]["verbs"],
+            serde_json::json!(["create", "get", "patch", "update"])
+        );
     }
 }

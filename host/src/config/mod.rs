@@ -6,11 +6,13 @@
 //! and column of its value ([`Locations`]). Paths are relative to the config
 //! file's folder. The README's configuration reference documents every field.
 
+mod leader;
 mod limits;
 mod locate;
 mod model;
 mod validate;
 
+pub use leader::LeaderElection;
 pub use limits::Limits;
 pub use locate::{Locations, Position};
 pub use model::{

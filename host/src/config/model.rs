@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Limits;
+use super::{LeaderElection, Limits};
 use crate::cache::{FieldPath, Gvk};
 
 /// `cluster:` — how to reach the API server. With nothing set, kube's defaults apply:
@@ -51,6 +51,9 @@ pub struct HostSettings {
     /// `insecureRegistries: [127.0.0.1:5000]` — registries (`host:port`, as in `oci://` references)
     /// reached over plain HTTP instead of HTTPS; meant for a registry on loopback or in a test.
     pub insecure_registries: Vec<String>,
+    /// `leaderElection: {enabled: true}` — elect one replica to call handlers (see
+    /// [`LeaderElection`]). Read at start.
+    pub leader_election: LeaderElection,
 }
 
 impl Default for HostSettings {
@@ -64,6 +67,7 @@ impl Default for HostSettings {
             watch_config: true,
             max_object_bytes: 2 << 20,
             insecure_registries: Vec::new(),
+            leader_election: LeaderElection::default(),
         }
     }
 }

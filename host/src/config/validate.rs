@@ -150,6 +150,10 @@ fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Prob
     } else {
         decode("host", section("host"), &mut problems)
     };
+    if let Some(host) = &host {
+        host.leader_election
+            .check("host.leaderElection", &mut problems);
+    }
 
     let mut plugins = Vec::new();
     match top.get("plugins").and_then(Value::as_array) {

@@ -3,6 +3,7 @@
 //! to its instance, so a slow or failing plugin never delays the watches, the cache or another
 //! plugin.
 
+mod gate;
 mod queue;
 mod status;
 mod worker;
@@ -10,6 +11,7 @@ mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use gate::{Gate, Terms};
 pub use queue::{EventQueue, Item, Popped, SourceId, SourceSink};
 pub(crate) use status::rfc3339;
 pub use status::{PluginStatus, StatusReport, TimedError};
@@ -49,7 +51,7 @@ impl DispatchedPlugin {
     /// `previous` is the version this one replaces with other subscriptions (a re-subscription):
     /// the new worker first stops it (it delivers what it has queued within `stop_timeout`, see
     /// [`DispatchedPlugin::stop`]) and only then delivers, so at most one version of a plugin
-    /// handles events at any instant. The new subscriptions are in place before the old ones are
+    /// handles events at any instant. The worker calls handlers only while `gate` is open. The new subscriptions are in place before the old ones are
     /// dropped: informers both use keep running, and the new queue misses nothing meanwhile.
     pub fn start(
         instance: PluginInstance,
@@ -59,6 +61,7 @@ impl DispatchedPlugin {
         listers: Vec<Lister>,
         previous: Option<(DispatchedPlugin, Duration)>,
         metrics: PluginMetrics,
+        gate: Gate,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
         let queue = EventQueue::with_metrics(max_queued, metrics.queue.clone());
@@ -87,6 +90,7 @@ impl DispatchedPlugin {
             resync,
             before,
             metrics.clone(),
+            gate,
         );
         Self {
             name,

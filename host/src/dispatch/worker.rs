@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::gate::Gate;
 use super::queue::{EventQueue, Item, Popped, SourceId};
 use super::status::PluginStatus;
 use crate::cache::Gvk;
@@ -54,6 +55,8 @@ struct Delivery {
     metrics: PluginMetrics,
     /// The running version's dropped log bytes already counted.
     log_dropped_seen: u64,
+    /// Closed when this replica's leadership term ends.
+    gate: Gate,
 }
 
 impl PluginWorker {
@@ -67,6 +70,7 @@ impl PluginWorker {
         resync: Option<Duration>,
         before: Option<Box<dyn FnOnce() + Send>>,
         metrics: PluginMetrics,
+        gate: Gate,
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let swap = Arc::new(Mutex::new(None));
@@ -82,6 +86,7 @@ impl PluginWorker {
             unsynced,
             metrics,
             log_dropped_seen: 0,
+            gate,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
@@ -166,6 +171,10 @@ impl Delivery {
                     }
                 }
                 Popped::Item(Item::Synced { source }) => self.mark_synced(source),
+                Popped::Item(Item::Event { .. }) if !self.gate.is_open() => {
+                    tracing::info!("leadership lost: plugin worker stops calling handlers");
+                    break;
+                }
                 Popped::Item(Item::Event { source, event }) => {
                     let gvk = &self.sources[source].gvk;
                     let started = Instant::now();
@@ -510,6 +519,7 @@ mod tests {
             None,
             None,
             crate::metrics::Metrics::new().plugin("slow-rec"),
+            crate::dispatch::Gate::always(),
         );
 
         // Five 300 ms calls cannot be delivered within 50 ms.

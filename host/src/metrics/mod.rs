@@ -22,6 +22,7 @@ pub mod writes;
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -66,6 +67,7 @@ pub struct Metrics {
     api: api::Families,
     writes: writes::Families,
     leader: Gauge,
+    leader_transitions: Counter,
 }
 
 impl Default for Metrics {
@@ -90,6 +92,12 @@ impl Metrics {
             leader.clone(),
         );
         leader.set(1);
+        let leader_transitions = Counter::default();
+        registry.register(
+            "wasmformer_leader_transitions",
+            "Times this replica started or stopped leading",
+            leader_transitions.clone(),
+        );
         registry.register_collector(Box::new(process::ProcessCollector));
         Self {
             registry,
@@ -98,6 +106,7 @@ impl Metrics {
             api,
             writes,
             leader,
+            leader_transitions,
         }
     }
 
@@ -125,6 +134,12 @@ impl Metrics {
     /// Sets whether this replica leads (calls handlers).
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// This replica started (`true`) or stopped leading.
+    pub fn leader_transition(&self, leading: bool) {
+        self.set_leader(leading);
+        self.leader_transitions.inc();
     }
 
     /// The registry in `format`.

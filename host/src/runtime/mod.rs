@@ -4,6 +4,7 @@
 
 mod connect;
 mod discovery;
+mod leader;
 mod reload;
 mod writes;
 
@@ -16,14 +17,17 @@ use kube::discovery::ApiResource;
 
 pub use connect::{ConnectError, connect};
 pub use discovery::Discovery;
+pub use leader::LeadershipReport;
 use reload::Request;
 pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, PluginConfig};
-use crate::dispatch::{DispatchedPlugin, PluginStatus, Source, StatusReport, TimedError};
+use crate::dispatch::{
+    DispatchedPlugin, Gate, PluginStatus, Source, StatusReport, Terms, TimedError, rfc3339,
+};
 use crate::error_chain;
-use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
+use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
 use crate::metrics::{InformerSample, InformerSampler, Metrics};
 use crate::plugin::{
     CallError, Grants, LoadError, LoadedPlugin, LogObserver, PluginEngine, PluginInstance,
@@ -109,6 +113,14 @@ pub struct Runtime {
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
     writes: writes::Writes,
     metrics: Arc<Metrics>,
+    /// The leader election, when `host.leaderElection.enabled`.
+    election: Option<Arc<leader::Election>>,
+    /// The leadership term plugins are gated by (see [`Gate`]).
+    terms: Terms,
+    /// With election: every configured plugin's informers, held whether or not this replica
+    /// leads, so a follower's caches stay warm and a takeover costs no list.
+    warm: std::sync::Mutex<BTreeMap<String, Vec<Lister>>>,
+    started_at: std::time::SystemTime,
 }
 
 /// A running plugin with what a swap needs to start its next version.
@@ -141,6 +153,16 @@ impl Runtime {
         let client = metrics.instrument_client(client);
         let factory = InformerFactory::new(client.clone(), options.watch);
         metrics.register_informers(informer_sampler(factory.clone()));
+        let terms = Terms::default();
+        let election = config.host.leader_election.enabled.then(|| {
+            metrics.set_leader(false);
+            leader::Election::start(
+                client.clone(),
+                config.host.leader_election.clone(),
+                terms.clone(),
+            )
+        });
+        let (election, transitions) = election.unzip();
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory,
@@ -152,6 +174,10 @@ impl Runtime {
             plugins: Default::default(),
             failed: Default::default(),
             reloads,
+            election,
+            terms,
+            warm: Default::default(),
+            started_at: std::time::SystemTime::now(),
         });
         // Nothing else can reach the runtime yet: these starts need not go through the task.
         for plugin in plugins {
@@ -160,7 +186,54 @@ impl Runtime {
             }
         }
         tokio::spawn(reload::serve(Arc::downgrade(&runtime), requests));
+        if let Some(transitions) = transitions {
+            tokio::spawn(follow_leadership(Arc::downgrade(&runtime), transitions));
+        }
         runtime
+    }
+
+    /// Leadership as `/status` shows it.
+    pub fn leadership(&self) -> LeadershipReport {
+        match &self.election {
+            Some(election) => election.report(),
+            None => LeadershipReport {
+                enabled: false,
+                leader: true,
+                identity: None,
+                holder: None,
+                lease: None,
+                since: Some(rfc3339(self.started_at)),
+            },
+        }
+    }
+
+    /// Whether this replica calls handlers (always, without leader election).
+    pub fn is_leading(&self) -> bool {
+        self.election.as_ref().is_none_or(|e| e.is_leading())
+    }
+
+    /// On the reload task: this replica became leader in `term`; starts every configured plugin
+    /// from its warm cache (initial adds, then live events).
+    async fn lead(&self, term: u64) {
+        if self.terms.current() != term {
+            return; // already over
+        }
+        let running: Vec<String> = self.plugins.lock().await.keys().cloned().collect();
+        for plugin in self.config().plugins {
+            if running.iter().any(|name| name == plugin.name.as_str()) {
+                continue;
+            }
+            if let Err(e) = self.start_plugin(plugin.clone()).await {
+                self.record_failure(plugin.name.as_str(), &e);
+            }
+        }
+    }
+
+    /// On the reload task: this replica stopped leading. The gate closed already (workers call
+    /// no more handlers); this drops what they had queued and their subscriptions, keeping the
+    /// informers warm.
+    async fn follow(&self) {
+        self.stop_plugins(Duration::ZERO).await;
     }
 
     fn record_failure(&self, name: &str, error: &RuntimeError) {
@@ -233,6 +306,22 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
+        let gate = match &self.election {
+            None => Gate::always(),
+            Some(election) => {
+                self.warm
+                    .lock()
+                    .expect("warm lock")
+                    .insert(name.clone(), listers.clone());
+                let term = self.terms.current();
+                if term == 0 {
+                    tracing::info!(plugin.id = %name, leader.identity = %election.identity(), "following: plugin's informers kept warm, no handlers called");
+                    self.failed.lock().expect("failed lock").remove(&name);
+                    return Ok(());
+                }
+                self.terms.gate(term)
+            }
+        };
         let grants = self.writes.grant(&plugin, grants, &self.metrics);
         let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
@@ -249,6 +338,7 @@ impl Runtime {
             listers,
             previous,
             metrics,
+            gate,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
         self.failed.lock().expect("failed lock").remove(&name);
@@ -401,6 +491,16 @@ impl Runtime {
 
     /// Whether every running plugin has processed its initial list.
     pub async fn is_synced(&self) -> bool {
+        if !self.is_leading() {
+            // A follower is ready when its caches are: it can take over without a list.
+            return self
+                .warm
+                .lock()
+                .expect("warm lock")
+                .values()
+                .flatten()
+                .all(Lister::has_synced);
+        }
         self.plugins
             .lock()
             .await
@@ -430,11 +530,19 @@ impl Runtime {
             // The task is gone (the runtime is being dropped): stop what is left here.
             self.stop_all().await;
         }
+        if let Some(election) = &self.election {
+            election.release().await;
+        }
     }
 
     /// [`Runtime::shutdown`], on the reload task.
     async fn stop_all(&self) {
-        let timeout = self.config().host.shutdown_timeout;
+        self.stop_plugins(self.config().host.shutdown_timeout).await;
+        tracing::info!("all plugins stopped");
+    }
+
+    /// Stops every running plugin, giving each `timeout` to deliver what it has queued.
+    async fn stop_plugins(&self, timeout: Duration) {
         let plugins = std::mem::take(&mut *self.plugins.lock().await);
         let stops: Vec<_> = plugins
             .into_values()
@@ -443,7 +551,27 @@ impl Runtime {
         for stop in stops {
             let _ = stop.await;
         }
-        tracing::info!("all plugins stopped");
+    }
+}
+
+/// Carries leadership transitions to the reload task (the gate has already moved) and the
+/// metrics, until the runtime is dropped.
+async fn follow_leadership(
+    runtime: std::sync::Weak<Runtime>,
+    mut transitions: tokio::sync::mpsc::UnboundedReceiver<leader::Transition>,
+) {
+    while let Some(transition) = transitions.recv().await {
+        let Some(runtime) = runtime.upgrade() else {
+            return;
+        };
+        let leading = matches!(transition, leader::Transition::Lead(_));
+        runtime.metrics.leader_transition(leading);
+        match transition {
+            leader::Transition::Lead(term) => {
+                runtime.request(|reply| Request::Lead(term, reply)).await
+            }
+            leader::Transition::Follow => runtime.request(Request::Follow).await,
+        };
     }
 }
 

@@ -292,6 +292,10 @@ impl Runtime {
             .iter()
             .map(|(name, r)| (name.clone(), r.config.clone()))
             .collect();
+        self.warm
+            .lock()
+            .expect("warm lock")
+            .retain(|name, _| config.plugin(name).is_some());
         {
             let mut current = self.config.lock().expect("config lock");
             current.plugins = config.plugins.clone();
@@ -394,6 +398,10 @@ pub(super) enum Request {
     Remove(String, oneshot::Sender<Result<(), RuntimeError>>),
     /// Stop every plugin; refuse changes from now on.
     Shutdown(oneshot::Sender<()>),
+    /// This replica leads in this term: start the plugins from the warm caches.
+    Lead(u64, oneshot::Sender<()>),
+    /// This replica stopped leading: drop the plugins' queues, keep their informers.
+    Follow(oneshot::Sender<()>),
 }
 
 impl Runtime {
@@ -435,6 +443,9 @@ pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedR
                 answer(reply, Err(RuntimeError::ShuttingDown))
             }
             Request::Remove(name, reply) => answer(reply, runtime.stop_plugin(&name).await),
+            Request::Lead(_, reply) | Request::Follow(reply) if shut_down => answer(reply, ()),
+            Request::Lead(term, reply) => answer(reply, runtime.lead(term).await),
+            Request::Follow(reply) => answer(reply, runtime.follow().await),
             Request::Shutdown(reply) => {
                 if !shut_down {
                     shut_down = true;

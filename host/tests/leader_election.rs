@@ -1,0 +1,354 @@
+//! Leader election on the real kube-apiserver: two `wasmformer run` processes share one Lease;
+//! only the leader calls handlers. SIGKILL the leader: the follower takes over once the Lease
+//! expires; SIGTERM the leader: it drains, releases the Lease and the follower takes over within
+//! about `retryPeriod`. Every change made around a takeover is handled exactly once, by exactly
+//! one host, and the two never handle at the same time. The failover times are printed, not
+//! asserted (`cargo test -p wasmformer --test leader_election -- --nocapture`).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::guests;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// One handler call the recorder logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Call {
+    host: String,
+    event: String,
+    name: String,
+    resource_version: String,
+    initial: bool,
+    at: String,
+}
+
+/// A `wasmformer run` process and the calls its recorder logged.
+struct Host {
+    child: Child,
+    admin: u16,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Host {
+    fn start(server: &KubeApiserver, dir: &std::path::Path, ns: &str, identity: &str) -> Self {
+        let admin = free_port();
+        let config = dir.join(format!("{identity}.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "cluster: {{kubeconfig: {kubeconfig}}}\n\
+                 host:\n  adminAddress: 127.0.0.1:{admin}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
+                 leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}}}\n\
+                 plugins:\n  - name: rec\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}}}\n",
+                kubeconfig = server.kubeconfig("admin").display(),
+                wasm = guests::RECORDER,
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmformer"))
+            .args(["--log-format", "json", "run", "--config"])
+            .arg(&config)
+            .env(
+                "WASMFORMER_CACHE_DIR",
+                std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+            )
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run wasmformer");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child,
+            admin,
+            lines,
+        }
+    }
+
+    /// The recorder's calls, in the order logged.
+    fn calls(&self) -> Vec<Call> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| {
+                let line: Value = serde_json::from_str(line).ok()?;
+                let message = line.pointer("/fields/message")?.as_str()?;
+                let call: Value = serde_json::from_str(message).ok()?;
+                Some(Call {
+                    host: call["tag"].as_str()?.to_owned(),
+                    event: call["event"].as_str()?.to_owned(),
+                    name: call["name"].as_str()?.to_owned(),
+                    resource_version: call["resourceVersion"].as_str()?.to_owned(),
+                    initial: call["initial"].as_bool().unwrap_or(false),
+                    at: line["timestamp"].as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// `/status`'s `leadership`, if the admin endpoint answers.
+    fn leadership(&self) -> Option<Value> {
+        let url = format!("http://127.0.0.1:{}/status", self.admin);
+        let mut response = ureq::get(&url).call().ok()?;
+        let status: Value =
+            serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+        Some(status["leadership"].clone())
+    }
+
+    /// The value of the unlabelled metric `name` on `/metrics`.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+        let text = ureq::get(&url)
+            .call()
+            .ok()?
+            .body_mut()
+            .read_to_string()
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leadership()
+            .is_some_and(|l| l["leader"] == json!(true))
+    }
+
+    fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done(self) {
+            assert!(Instant::now() < deadline, "{what}:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "did not exit:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn cm(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"v": value}})).unwrap()
+}
+
+/// Creates or replaces ConfigMap `name`; returns its new resourceVersion.
+fn write(tokio: &tokio::runtime::Runtime, api: &Api<ConfigMap>, name: &str, value: &str) -> String {
+    tokio.block_on(async {
+        let mut object = cm(name, value);
+        let written = match api.get_opt(name).await.unwrap() {
+            Some(existing) => {
+                object.metadata.resource_version = existing.metadata.resource_version;
+                api.replace(name, &PostParams::default(), &object).await
+            }
+            None => api.create(&PostParams::default(), &object).await,
+        };
+        written.unwrap().metadata.resource_version.unwrap()
+    })
+}
+
+/// Calls of the change `(name, resourceVersion)` across `hosts`.
+fn calls_of<'a>(calls: &'a [Call], name: &str, rv: &str) -> Vec<&'a Call> {
+    calls
+        .iter()
+        .filter(|c| c.name == name && c.resource_version == rv)
+        .collect()
+}
+
+#[test]
+fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let server = KubeApiserver::shared();
+    let ns = tokio.block_on(server.namespace("leader"));
+    let api: Api<ConfigMap> = Api::namespaced(tokio.block_on(server.admin()), &ns);
+    let dir = tempfile::tempdir().unwrap();
+    let mut changes: Vec<(String, String)> = Vec::new();
+    for i in 0..5 {
+        let name = format!("before-{i}");
+        changes.push((name.clone(), write(&tokio, &api, &name, "0")));
+    }
+
+    // A leads; B follows with a warm cache and calls nothing.
+    let mut a = Host::start(server, dir.path(), &ns, "host-a");
+    a.wait_until("host-a leads", Host::is_leader);
+    a.wait_until("host-a handles the initial list", |h| h.calls().len() >= 5);
+    let mut b = Host::start(server, dir.path(), &ns, "host-b");
+    b.wait_until("host-b follows", |h| {
+        h.leadership()
+            .is_some_and(|l| l["leader"] == json!(false) && l["holder"] == json!("host-a"))
+    });
+    let ready = |h: &Host| {
+        ureq::get(&format!("http://127.0.0.1:{}/readyz", h.admin))
+            .call()
+            .is_ok()
+    };
+    b.wait_until("host-b is ready (its cache synced)", ready);
+    assert_eq!(b.metric("wasmformer_leader"), Some(0.0), "a follower");
+    assert_eq!(a.metric("wasmformer_leader"), Some(1.0), "the leader");
+    assert_eq!(a.metric("wasmformer_leader_transitions_total"), Some(1.0));
+    assert!(b.calls().is_empty(), "a follower calls no handler");
+    let rv = write(&tokio, &api, "while-a-leads", "1");
+    a.wait_until("host-a handles a change", |h| {
+        !calls_of(&h.calls(), "while-a-leads", &rv).is_empty()
+    });
+    changes.push(("while-a-leads".into(), rv));
+
+    // SIGKILL A: no release; B takes over when the Lease expires.
+    a.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    a.wait();
+    let rv = write(&tokio, &api, "during-kill-takeover", "1");
+    let during_kill = ("during-kill-takeover".to_owned(), rv);
+    b.wait_until("host-b takes over after SIGKILL", Host::is_leader);
+    let kill_failover = killed.elapsed();
+    b.wait_until("host-b handles the change made during the takeover", |h| {
+        !calls_of(&h.calls(), &during_kill.0, &during_kill.1).is_empty()
+    });
+    assert_eq!(b.metric("wasmformer_leader"), Some(1.0), "the new leader");
+    assert_eq!(b.leadership().unwrap()["holder"], json!("host-b"));
+    let rv = write(&tokio, &api, "while-a-leads", "2");
+    b.wait_until("host-b handles a change after the takeover", |h| {
+        !calls_of(&h.calls(), "while-a-leads", &rv).is_empty()
+    });
+    let after_kill = ("while-a-leads".to_owned(), rv);
+
+    // A comes back as follower; SIGTERM B: it drains, releases, and A2 takes over.
+    let a2 = Host::start(server, dir.path(), &ns, "host-a2");
+    a2.wait_until("host-a2 follows", |h| {
+        h.leadership()
+            .is_some_and(|l| l["leader"] == json!(false) && l["holder"] == json!("host-b"))
+    });
+    a2.wait_until("host-a2 is ready", ready);
+    b.signal(libc::SIGTERM);
+    let terminated = Instant::now();
+    let rv = write(&tokio, &api, "during-term-takeover", "1");
+    let during_term = ("during-term-takeover".to_owned(), rv);
+    a2.wait_until("host-a2 takes over after SIGTERM", Host::is_leader);
+    let term_failover = terminated.elapsed();
+    assert!(
+        b.wait().success(),
+        "host-b exits 0 on SIGTERM:\n{}",
+        b.log()
+    );
+    a2.wait_until("host-a2 handles the change made during the takeover", |h| {
+        !calls_of(&h.calls(), &during_term.0, &during_term.1).is_empty()
+    });
+    let rv = write(&tokio, &api, "after-term", "1");
+    a2.wait_until("host-a2 handles a change after the takeover", |h| {
+        !calls_of(&h.calls(), "after-term", &rv).is_empty()
+    });
+    let after_term = ("after-term".to_owned(), rv);
+
+    let (a_calls, b_calls, a2_calls) = (a.calls(), b.calls(), a2.calls());
+    let all: Vec<Call> = [a_calls.clone(), b_calls.clone(), a2_calls.clone()].concat();
+    // Every change made around or after a takeover is handled exactly once, by one host; a later
+    // leader may only re-deliver it as state, as an initial add from its warm cache when it takes
+    // over (a new leader, like a restarted host, starts from the whole cache).
+    let mut sorted = all.clone();
+    sorted.sort_by(|x, y| x.at.cmp(&y.at));
+    for ((name, rv), first_by) in [
+        (&during_kill, "host-b"),
+        (&after_kill, "host-b"),
+        (&during_term, ""),
+        (&after_term, "host-a2"),
+    ] {
+        let calls = calls_of(&sorted, name, rv);
+        assert!(!calls.is_empty(), "{name}@{rv} was handled");
+        if !first_by.is_empty() {
+            assert_eq!(calls[0].host, first_by, "{name}@{rv}: {calls:#?}");
+        }
+        for (i, later) in calls.iter().enumerate().skip(1) {
+            assert!(
+                later.initial && calls[..i].iter().all(|earlier| earlier.host != later.host),
+                "{name}@{rv} handled once, then only re-delivered by a new leader: {calls:#?}"
+            );
+        }
+    }
+    // No live event is handled by two hosts: a takeover re-delivers state only as initial adds.
+    let live: Vec<&Call> = all.iter().filter(|c| !c.initial).collect();
+    for call in &live {
+        let same: Vec<_> = live
+            .iter()
+            .filter(|c| {
+                (&c.event, &c.name, &c.resource_version)
+                    == (&call.event, &call.name, &call.resource_version)
+            })
+            .collect();
+        assert_eq!(same.len(), 1, "one live call of {call:?}: {same:#?}");
+    }
+    // B followed while A led: nothing before the takeover; and B's last call precedes A2's first.
+    let b_first = b_calls.iter().map(|c| &c.at).min().expect("host-b handled");
+    let a_last = a_calls.iter().map(|c| &c.at).max().expect("host-a handled");
+    assert!(a_last < b_first, "host-b handled only after host-a died");
+    let b_last = b_calls.iter().map(|c| &c.at).max().unwrap();
+    let a2_first = a2_calls
+        .iter()
+        .map(|c| &c.at)
+        .min()
+        .expect("host-a2 handled");
+    assert!(
+        b_last < a2_first,
+        "host-a2 handled only after host-b stopped"
+    );
+    // The new leader started from its warm cache: every object it saw arrived first as an
+    // initial add.
+    assert!(
+        b_calls.iter().take(changes.len()).all(|c| c.initial),
+        "{b_calls:#?}"
+    );
+    assert!(
+        b.log().contains("lease released"),
+        "host-b released the Lease on SIGTERM:\n{}",
+        b.log()
+    );
+    println!(
+        "failover after SIGKILL: {:.2}s (leaseDuration 4s + retryPeriod 1s); after SIGTERM: {:.2}s (retryPeriod 1s)",
+        kill_failover.as_secs_f64(),
+        term_failover.as_secs_f64()
+    );
+    drop(a);
+}
