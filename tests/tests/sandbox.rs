@@ -12,7 +12,7 @@ use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine,
     PluginInstance, TrapKind,
 };
-use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store};
+use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store, store_with};
 
 /// An engine whose compile cache is shared by this test binary's tests (the cache itself is
 /// tested with its own directory below).
@@ -295,20 +295,18 @@ fn a_lister_call_for_an_ungranted_kind_is_forbidden() {
 #[test]
 fn owner_lookup_follows_owners_through_the_lister() {
     let engine = engine();
-    let rs_store = store(
+    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "x", "controller": true}]);
+    let rs_store = store_with(
         wasmformer::cache::Gvk::from_api_version("apps/v1", "ReplicaSet"),
         vec![],
+        [
+            json!({"metadata": {"namespace": "shop", "name": "web-5d8", "ownerReferences": owner("Deployment", "web")}}),
+        ],
     );
-    let deploy_store = store(
+    let deploy_store = store_with(
         wasmformer::cache::Gvk::from_api_version("apps/v1", "Deployment"),
         vec![],
-    );
-    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "x", "controller": true}]);
-    rs_store.upsert(rs_store.admit(json!({"metadata": {"namespace": "shop", "name": "web-5d8", "ownerReferences": owner("Deployment", "web")}})).unwrap());
-    deploy_store.upsert(
-        deploy_store
-            .admit(json!({"metadata": {"namespace": "shop", "name": "web"}}))
-            .unwrap(),
+        [json!({"metadata": {"namespace": "shop", "name": "web"}})],
     );
     let mut grants = Grants::none();
     grants.grant(rs_store).grant(deploy_store);
@@ -340,12 +338,15 @@ fn node_pods_counts_pods_on_a_cordoned_node_through_a_custom_index() {
         name: "pods-by-node".into(),
         path: "spec.nodeName".parse().unwrap(),
     };
-    let pods: Arc<Store> = store(pod_gvk(), vec![by_node]);
-    for (name, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
-        let mut p = pod_json("default", name, 1);
-        p["spec"]["nodeName"] = json!(node);
-        pods.upsert(pods.admit(p).unwrap());
-    }
+    let pods: Arc<Store> = store_with(
+        pod_gvk(),
+        vec![by_node],
+        [("a", "n1"), ("b", "n1"), ("c", "n2")].map(|(name, node)| {
+            let mut p = pod_json("default", name, 1);
+            p["spec"]["nodeName"] = json!(node);
+            p
+        }),
+    );
     let node_gvk = wasmformer::cache::Gvk::from_api_version("v1", "Node");
     let mut grants = Grants::none();
     grants.grant(pods);

@@ -10,52 +10,7 @@ use super::engine::EPOCH_TICK;
 use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
 use super::world::Bindings as PluginBindings;
 use super::{CallError, Limits, LoadedPlugin, TrapKind};
-use crate::cache::{CachedObject, Gvk};
-
-/// One informer event, as delivered to a plugin.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// An object was added; `initial` for objects of the initial list.
-    Add {
-        /// The object.
-        obj: Arc<CachedObject>,
-        /// Whether it came from the initial list.
-        initial: bool,
-    },
-    /// An object changed (on a resync, `old` and `new` are the same object).
-    Update {
-        /// The previous state.
-        old: Arc<CachedObject>,
-        /// The new state.
-        new: Arc<CachedObject>,
-    },
-    /// An object was deleted.
-    Delete {
-        /// The last known state.
-        obj: Arc<CachedObject>,
-        /// Whether the delete was inferred after a relist.
-        final_state_unknown: bool,
-    },
-}
-
-impl Event {
-    /// The object the event is about (the new state for an update).
-    pub fn object(&self) -> &Arc<CachedObject> {
-        match self {
-            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
-            Self::Update { new, .. } => new,
-        }
-    }
-
-    /// `add`, `update` or `delete`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Add { .. } => "add",
-            Self::Update { .. } => "update",
-            Self::Delete { .. } => "delete",
-        }
-    }
-}
+use crate::cache::{Event, Gvk};
 
 /// A running plugin: its wasmtime store and instance, recreated after a trap.
 pub struct PluginInstance {
@@ -136,8 +91,12 @@ impl PluginInstance {
     }
 
     /// Delivers `event` about an object of kind `gvk`. On a trap the instance is discarded; the
-    /// next call creates a fresh one (and calls `init` again).
+    /// next call creates a fresh one (and calls `init` again). `Synced` has no handler export:
+    /// nothing is called.
     pub fn handle(&mut self, gvk: &Gvk, event: &Event) -> Result<(), CallError> {
+        if matches!(event, Event::Synced) {
+            return Ok(());
+        }
         self.calls += 1;
         let result = self.ensure_live().and_then(|_| {
             self.call(|bindings, store| bindings.call_event(store, gvk, event))?

@@ -21,7 +21,7 @@ pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, PluginConfig};
-use crate::dispatch::{DispatchedPlugin, PluginStatus, Source, StatusReport, TimedError};
+use crate::dispatch::{DispatchedPlugin, HandledKind, PluginStatus, StatusReport, TimedError};
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, StoreOptions, WatchSettings};
 use crate::metrics::{InformerSample, InformerSampler, Metrics};
@@ -222,7 +222,7 @@ impl Runtime {
         }
         for ((key, _), lister) in wiring.handled.iter().zip(&listers) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
-            handled.push(Source {
+            handled.push(HandledKind {
                 gvk: key.gvk(),
                 lister: lister.clone(),
             });
@@ -467,9 +467,9 @@ fn informer_sampler(factory: InformerFactory) -> InformerSampler {
                     selector: selector.join("; "),
                     objects: status.objects as u64,
                     events: [
-                        ("added", status.deltas.added),
-                        ("updated", status.deltas.updated),
-                        ("deleted", status.deltas.deleted),
+                        ("added", status.emitted.added),
+                        ("updated", status.emitted.updated),
+                        ("deleted", status.emitted.deleted),
                     ],
                     lists: [
                         ("start", status.lists - status.relists),
