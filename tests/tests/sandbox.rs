@@ -241,6 +241,26 @@ fn runaway_recursion_is_a_stack_overflow_named_with_its_function() {
     );
 }
 
+/// Issue 18, item 13: a Rust guest's own stack lives in linear memory; overflowing it is an
+/// out-of-bounds access deep in a recursion, reported as the stack overflow it is (not a bare
+/// `trap`), with the function.
+#[test]
+fn a_stack_overflow_in_linear_memory_is_named_with_its_cause_and_function() {
+    let err = assert_contained(
+        guests::LINEAR_STACK_OVERFLOW,
+        Limits::default(),
+        TrapKind::StackOverflow,
+    );
+    assert_eq!(frame(&err), "guest_linear_stack_overflow::fill", "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "stack overflow in linear memory (out of bounds memory access) in \
+             guest_linear_stack_overflow::fill after "
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_blocking_wasi_sleep_is_stopped_at_the_deadline() {
     // The guest sleeps 20 s (a monotonic-clock pollable it blocks on) under a 100 ms deadline: the
