@@ -185,7 +185,7 @@ impl Core {
 pub(crate) enum WatchSource {
     /// A server, through kube's watcher.
     Api(Box<ApiSource>),
-    /// A given stream (tests, replays); the task ends with it.
+    /// A given stream (tests, recordings); the task ends with it.
     Stream(EventStream),
 }
 

@@ -154,8 +154,8 @@ async fn a_sink_reading_the_store_sees_the_event_applied() {
     );
 }
 
-/// Replays a subscriber's deltas, failing on a gap or a duplicate; returns the final content.
-fn replay(deltas: &[Event]) -> HashMap<String, String> {
+/// Applies a subscriber's events in order, failing on a gap or a duplicate; returns the final content.
+fn apply_all(deltas: &[Event]) -> HashMap<String, String> {
     let mut objects: HashMap<String, String> = HashMap::new();
     let mut synced = 0;
     for delta in deltas {
@@ -240,7 +240,7 @@ async fn subscribing_during_a_stream_of_changes_has_no_gap_and_no_duplicate() {
     };
     for (_, recorder) in &subscribers {
         recorder.wait_for_add("done").await;
-        assert_eq!(replay(&recorder.deltas()), store);
+        assert_eq!(apply_all(&recorder.deltas()), store);
     }
     let first_len = subscribers[0].1.deltas().len();
     assert!(
