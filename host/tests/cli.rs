@@ -649,6 +649,10 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
             "stack overflow in guest_deep_recursion::depth after ",
         ),
         (
+            guests::LINEAR_STACK_OVERFLOW,
+            "stack overflow in linear memory (out of bounds memory access) in guest_linear_stack_overflow::fill after ",
+        ),
+        (
             guests::PANIC,
             "panic or abort (wasm unreachable) in <guest_panic::Guest as wasmformer_guest::Plugin>::on_add after ",
         ),

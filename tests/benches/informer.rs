@@ -1230,14 +1230,14 @@ fn store_child(n: usize, file: &Path) -> Result<()> {
     let text = std::fs::read_to_string(file)?;
     let namespaces = ["bench-0", "bench-1", "bench-2", "bench-3"];
     let before = proc_mem(std::process::id())?.rss;
-    let store = wasmformer_tests::store(wasmformer_tests::pod_gvk(), vec![]);
-    for i in 0..n {
-        let mut value: Value = serde_json::from_str(&text)?;
+    let objects = (0..n).map(|i| {
+        let mut value: Value = serde_json::from_str(&text).expect("the Pod file is JSON");
         value["metadata"]["name"] = name_of(i).into();
         value["metadata"]["namespace"] = namespaces[i % namespaces.len()].into();
         value["metadata"]["uid"] = format!("00000000-0000-0000-0000-{i:012}").into();
-        store.upsert(store.admit(value)?);
-    }
+        value
+    });
+    let store = wasmformer_tests::store_with(wasmformer_tests::pod_gvk(), vec![], objects);
     let after = proc_mem(std::process::id())?.rss;
     // SAFETY: malloc_trim only releases free memory back to the system.
     unsafe { libc::malloc_trim(0) };

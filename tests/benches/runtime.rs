@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use wasmformer::cache::{CachedObject, Gvk, Store};
 use wasmformer::plugin::{Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance};
 use wasmformer_guest::Plugin;
-use wasmformer_tests::{guests, pod_gvk, realistic_pod, store};
+use wasmformer_tests::{guests, pod_gvk, realistic_pod, store_with};
 
 #[path = "runtime/harness.rs"]
 mod harness;
@@ -117,29 +117,35 @@ struct Objects {
 
 impl Objects {
     fn new() -> Self {
-        let pods = store(pod_gvk(), vec![]);
+        let metadata = realistic_pod()["metadata"].clone();
+        let (name, namespace) = (
+            metadata["name"].as_str().unwrap(),
+            metadata["namespace"].as_str().unwrap(),
+        );
+        // The lister's view: the realistic Pod among STORE_PODS variants, and the minimal Pod.
+        let variants = (1..STORE_PODS).map(|i| {
+            let mut pod = realistic_pod();
+            let meta = &mut pod["metadata"];
+            meta["name"] = Value::from(format!("{name}-{i}"));
+            meta["uid"] = Value::from(format!("{}-{i}", metadata["uid"].as_str().unwrap()));
+            meta["resourceVersion"] = Value::from((1000 + i).to_string());
+            pod
+        });
+        let minimal = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny", "namespace": namespace}});
+        let pods = store_with(
+            pod_gvk(),
+            vec![],
+            [realistic_pod(), minimal].into_iter().chain(variants),
+        );
         let realistic = pods
-            .admit(realistic_pod())
+            .get(namespace, name)
             .expect("realistic Pod is a valid object");
-        let metadata = &realistic_pod()["metadata"];
+        let minimal = pods.get(namespace, "tiny").unwrap();
         let metadata_only = pods
             .admit(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
                 "name": metadata["name"], "namespace": metadata["namespace"], "uid": metadata["uid"],
                 "resourceVersion": metadata["resourceVersion"], "labels": metadata["labels"]}}))
             .unwrap();
-        let minimal =
-            pods.admit(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny", "namespace": realistic.namespace()}})).unwrap();
-        // The lister's view: the realistic Pod among STORE_PODS variants, and the minimal Pod.
-        pods.upsert(realistic.clone());
-        pods.upsert(minimal.clone());
-        for i in 1..STORE_PODS {
-            let mut pod = realistic_pod();
-            let meta = &mut pod["metadata"];
-            meta["name"] = Value::from(format!("{}-{i}", realistic.name()));
-            meta["uid"] = Value::from(format!("{}-{i}", realistic.uid()));
-            meta["resourceVersion"] = Value::from((1000 + i).to_string());
-            pods.upsert(pods.admit(pod).unwrap());
-        }
         Self {
             pods,
             realistic,

@@ -43,6 +43,15 @@ pub fn store(gvk: Gvk, indexes: Vec<IndexSpec>) -> Arc<Store> {
     Arc::new(Store::new(gvk, indexes, true))
 }
 
+/// A store for `gvk` holding `objects` (a store's writes are its informer's: tests fill it once).
+pub fn store_with(
+    gvk: Gvk,
+    indexes: Vec<IndexSpec>,
+    objects: impl IntoIterator<Item = Value>,
+) -> Arc<Store> {
+    Arc::new(Store::with_objects(gvk, indexes, true, objects).expect("objects a store admits"))
+}
+
 /// `../shared/fixtures/pod-realistic.json`, the object of record for benchmarks.
 pub fn realistic_pod() -> Value {
     let path = shared_dir().join("fixtures/pod-realistic.json");

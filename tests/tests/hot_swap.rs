@@ -1,6 +1,6 @@
 //! Hot swap (issue 6), the whole host in-process against the embedded dev cluster: a plugin
 //! swapped 50 times under sustained load loses, duplicates and reorders nothing and the API
-//! server sees no new list or watch; with `onSwap: replay` each new version gets the cache, then
+//! server sees no new list or watch; with `onSwap: snapshot` each new version gets the cache, then
 //! exactly the events after it; a broken new version leaves the old one serving; a new
 //! version replaces a crash-looping one without waiting out its backoff; plugins added and
 //! removed at run time start and stop their informers; the file watcher never swaps in a
@@ -507,13 +507,13 @@ async fn fifty_swaps_under_load_lose_duplicate_and_reorder_nothing_and_do_not_re
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. Replay swaps
+// 2. Snapshot swaps
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_after_it() {
+async fn snapshot_swaps_give_each_new_version_the_cache_then_exactly_the_events_after_it() {
     const SWAPS: usize = 10;
     const BASE: usize = 20;
-    let s = setup("replay").await;
+    let s = setup("snapshot").await;
     let versions = Versions::new();
     for i in 0..BASE {
         s.cms
@@ -522,16 +522,16 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
             .unwrap();
     }
     // 2 ms per event: slower than the load, so the old version has a backlog when it is swapped
-    // out, and the replay drops it.
+    // out, and the snapshot swap drops it.
     let config_for = |label: &str| {
         let entry = recorder_entry(
             "rec",
             &format!("{label}.wasm"),
-            "replay",
+            "snapshot",
             &format!("{{tag: {label}, sleepMs: 2}}"),
         );
         parse(
-            &format!("plugins:\n{entry}    onSwap: replay\n"),
+            &format!("plugins:\n{entry}    onSwap: snapshot\n"),
             versions.dir.path(),
         )
     };
@@ -552,7 +552,7 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
             ))
         })
         .collect();
-    let (mut replayed, mut backlogs) = (Vec::new(), Vec::new());
+    let (mut snapshots, mut backlogs) = (Vec::new(), Vec::new());
     for k in 1..=SWAPS {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let label = if k % 2 == 1 { "v2" } else { "v1" };
@@ -563,13 +563,13 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
                     _,
                     ReloadOutcome::Swapped {
                         version,
-                        replayed: Some(n),
+                        snapshot: Some(n),
                         ..
                     },
                 ),
             ] => {
                 assert_eq!(version, versions.digest(label), "swap {k}");
-                replayed.push(*n);
+                snapshots.push(*n);
             }
             other => panic!("swap {k} to {label}: {other:?}"),
         }
@@ -620,23 +620,23 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
             run[initial..].iter().all(|e| e["initial"] != true),
             "run {k}: the initial adds come first"
         );
-        let expected = if k == 0 { BASE } else { replayed[k - 1] };
+        let expected = if k == 0 { BASE } else { snapshots[k - 1] };
         if initial < run.len() {
             assert_eq!(
                 initial, expected,
-                "run {k}: as many initial adds as the swap replayed"
+                "run {k}: as many initial adds as the swap's snapshot"
             );
         } else {
-            // The next swap came before this version had delivered all it was replayed (a busy
-            // machine): its replay replaced the rest, which is what a replay swap does.
+            // The next swap came before this version had delivered all of its snapshot (a busy
+            // machine): the next snapshot replaced the rest, which is what a snapshot swap does.
             assert!(
                 initial <= expected,
-                "run {k}: {initial} initial adds, {expected} replayed"
+                "run {k}: {initial} initial adds, {expected} in the snapshot"
             );
         }
         // Applied in order from an empty state, the run is consistent, and every change continues
         // its object's history exactly from the version the run last saw: nothing lost,
-        // duplicated or reordered after the replayed state.
+        // duplicated or reordered after the snapshot's state.
         let mut state = BTreeMap::<String, String>::new();
         for e in run {
             let (name, event, rv) = (
@@ -696,7 +696,7 @@ async fn replay_swaps_give_each_new_version_the_cache_then_exactly_the_events_af
     let relisted = configmap_lists_and_watches(&s, mark);
     assert!(
         relisted.is_empty(),
-        "a replay reads the cache, not the API server: {relisted:#?}"
+        "a snapshot swap reads the cache, not the API server: {relisted:#?}"
     );
     // The last version's view is the cluster's content.
     let listed: BTreeMap<String, String> = s

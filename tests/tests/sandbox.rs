@@ -12,7 +12,7 @@ use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine,
     PluginInstance, TrapKind,
 };
-use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store};
+use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store, store_with};
 
 /// An engine whose compile cache is shared by this test binary's tests (the cache itself is
 /// tested with its own directory below).
@@ -241,6 +241,26 @@ fn runaway_recursion_is_a_stack_overflow_named_with_its_function() {
     );
 }
 
+/// Issue 18, item 13: a Rust guest's own stack lives in linear memory; overflowing it is an
+/// out-of-bounds access deep in a recursion, reported as the stack overflow it is (not a bare
+/// `trap`), with the function.
+#[test]
+fn a_stack_overflow_in_linear_memory_is_named_with_its_cause_and_function() {
+    let err = assert_contained(
+        guests::LINEAR_STACK_OVERFLOW,
+        Limits::default(),
+        TrapKind::StackOverflow,
+    );
+    assert_eq!(frame(&err), "guest_linear_stack_overflow::fill", "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "stack overflow in linear memory (out of bounds memory access) in \
+             guest_linear_stack_overflow::fill after "
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_blocking_wasi_sleep_is_stopped_at_the_deadline() {
     // The guest sleeps 20 s (a monotonic-clock pollable it blocks on) under a 100 ms deadline: the
@@ -295,20 +315,18 @@ fn a_lister_call_for_an_ungranted_kind_is_forbidden() {
 #[test]
 fn owner_lookup_follows_owners_through_the_lister() {
     let engine = engine();
-    let rs_store = store(
+    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "x", "controller": true}]);
+    let rs_store = store_with(
         wasmformer::cache::Gvk::from_api_version("apps/v1", "ReplicaSet"),
         vec![],
+        [
+            json!({"metadata": {"namespace": "shop", "name": "web-5d8", "ownerReferences": owner("Deployment", "web")}}),
+        ],
     );
-    let deploy_store = store(
+    let deploy_store = store_with(
         wasmformer::cache::Gvk::from_api_version("apps/v1", "Deployment"),
         vec![],
-    );
-    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "x", "controller": true}]);
-    rs_store.upsert(rs_store.admit(json!({"metadata": {"namespace": "shop", "name": "web-5d8", "ownerReferences": owner("Deployment", "web")}})).unwrap());
-    deploy_store.upsert(
-        deploy_store
-            .admit(json!({"metadata": {"namespace": "shop", "name": "web"}}))
-            .unwrap(),
+        [json!({"metadata": {"namespace": "shop", "name": "web"}})],
     );
     let mut grants = Grants::none();
     grants.grant(rs_store).grant(deploy_store);
@@ -340,12 +358,15 @@ fn node_pods_counts_pods_on_a_cordoned_node_through_a_custom_index() {
         name: "pods-by-node".into(),
         path: "spec.nodeName".parse().unwrap(),
     };
-    let pods: Arc<Store> = store(pod_gvk(), vec![by_node]);
-    for (name, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
-        let mut p = pod_json("default", name, 1);
-        p["spec"]["nodeName"] = json!(node);
-        pods.upsert(pods.admit(p).unwrap());
-    }
+    let pods: Arc<Store> = store_with(
+        pod_gvk(),
+        vec![by_node],
+        [("a", "n1"), ("b", "n1"), ("c", "n2")].map(|(name, node)| {
+            let mut p = pod_json("default", name, 1);
+            p["spec"]["nodeName"] = json!(node);
+            p
+        }),
+    );
     let node_gvk = wasmformer::cache::Gvk::from_api_version("v1", "Node");
     let mut grants = Grants::none();
     grants.grant(pods);

@@ -3,13 +3,16 @@
 //! One [`Store`] per kind holds each object once, as an [`Arc<CachedObject>`] shared by every
 //! plugin, keyed by `namespace/name`, with a namespace index and the custom indexes named in the
 //! configuration ([`IndexSpec`]). Each informer owns one store; plugins read the stores they are
-//! granted through the lister. Reads are consistent snapshots under a read lock; writes come only
-//! from the informers.
+//! granted through the lister. Reads are consistent snapshots under a read lock; writes are
+//! crate-private and come only from the informers' reflectors. [`Event`] is a change to a store,
+//! the one event type from informer to plugin.
 
+mod event;
 mod index;
 mod object;
 mod store;
 
+pub use event::Event;
 pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
 pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
 pub use store::{Store, UnknownIndex};

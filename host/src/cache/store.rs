@@ -91,6 +91,22 @@ impl Store {
         }
     }
 
+    /// A store holding `objects`, each admitted as [`Store::admit`] does: a cache built without
+    /// an informer (tests, benchmarks, tools). Only the crate's informers write to a store after
+    /// it is built.
+    pub fn with_objects(
+        gvk: Gvk,
+        indexes: Vec<IndexSpec>,
+        strip_managed_fields: bool,
+        objects: impl IntoIterator<Item = Value>,
+    ) -> Result<Self, ObjectError> {
+        let store = Self::new(gvk, indexes, strip_managed_fields);
+        for value in objects {
+            store.upsert(store.admit(value)?);
+        }
+        Ok(store)
+    }
+
     /// The kind this store keeps.
     pub fn gvk(&self) -> &Gvk {
         &self.gvk
@@ -112,7 +128,7 @@ impl Store {
     }
 
     /// Inserts or replaces `obj`, returning the object it replaced.
-    pub fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+    pub(crate) fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let mut state = self.state.write().expect("store lock poisoned");
         let old = state.objects.insert(obj.key().clone(), obj.clone());
         if let Some(old) = &old {
@@ -123,7 +139,7 @@ impl Store {
     }
 
     /// Removes the object at `key`, returning it.
-    pub fn remove(&self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
+    pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
         let mut state = self.state.write().expect("store lock poisoned");
         let old = state.objects.remove(key)?;
         state.unlink(&old);

@@ -303,7 +303,7 @@ pub struct PluginConfig {
     /// `indexes:` — custom indexes on handled or read kinds.
     #[serde(default)]
     pub indexes: Vec<IndexConfig>,
-    /// `resync: 10m` — replay the cache to the plugin as updates (old == new) this often; `0s`
+    /// `resync: 10m` — deliver the cache to the plugin again as updates (old == new) this often; `0s`
     /// turns it off. Default: `host.defaultResync`.
     #[serde(default, with = "humantime_serde")]
     pub resync: Option<Duration>,
@@ -316,7 +316,7 @@ pub struct PluginConfig {
     #[serde(default = "default_max_queued_events")]
     pub max_queued_events: usize,
     /// `onSwap: live` — what a new version receives first when it is swapped in: `live` (the
-    /// events after the swap; the default) or `replay` (the current cache as initial adds, to
+    /// events after the swap; the default) or `snapshot` (the current cache as initial adds, to
     /// rebuild in-memory state, then the events after it).
     #[serde(default)]
     pub on_swap: SwapMode,
@@ -380,7 +380,7 @@ pub enum SwapMode {
     /// new one.
     #[default]
     Live,
-    /// `replay` — the current cache as initial adds, then the events after it; what was queued
-    /// for the old version is dropped (its effect is in the cache).
-    Replay,
+    /// `snapshot` — a snapshot of the cache as initial adds, then the events after it; what was
+    /// queued for the old version is dropped (its effect is in the cache).
+    Snapshot,
 }

@@ -87,7 +87,7 @@ const VALUES: &[&str] = &[
     "\u{0}",
     "127.0.0.1:99999",
     "live",
-    "replay",
+    "snapshot",
     "{a: 1}",
     "[1, 2]",
     "|",
@@ -165,7 +165,7 @@ fn structured() -> impl Strategy<Value = String> {
         prop::collection::vec(kind, 0..2),
         prop::collection::vec(index, 0..2),
         prop::sample::select(vec![json!({}), json!({"deadline": "0s", "memoryBytes": 0}), json!({"deadline": "x"}), json!({"logBytesPerCall": -1})]),
-        prop::sample::select(vec![json!("live"), json!("replay"), json!("later"), json!(null)]),
+        prop::sample::select(vec![json!("live"), json!("snapshot"), json!("later"), json!(null)]),
     )
         .prop_map(|(name, wasm, handles, read, indexes, limits, on_swap)| {
             json!({"name": name, "wasm": wasm, "handles": handles, "read": read, "indexes": indexes, "limits": limits, "onSwap": on_swap, "resync": "1m"})

@@ -417,7 +417,7 @@ plugins:
     indexes:
       - {apiVersion: v1, kind: Pod, name: pods-by-node, field: spec.nodeName}
     limits: {deadline: 50ms}
-    onSwap: replay
+    onSwap: snapshot
     config: {verbose: true}
 "#;
 
@@ -430,7 +430,7 @@ plugins:
         assert_eq!(plugin.name.as_str(), "pod-logger");
         assert_eq!(plugin.limits.deadline.as_millis(), 50);
         assert_eq!(plugin.limits.memory_bytes, 64 << 20);
-        assert_eq!(plugin.on_swap, crate::config::SwapMode::Replay);
+        assert_eq!(plugin.on_swap, crate::config::SwapMode::Snapshot);
         assert_eq!(plugin.handles[0].namespace.as_deref(), Some("shop"));
         assert_eq!(
             config.wasm_path(plugin),
@@ -509,7 +509,7 @@ plugins:
         assert!(
             has(
                 "plugins[2].onSwap",
-                "unknown variant `rebuild`, expected `live` or `replay`"
+                "unknown variant `rebuild`, expected `live` or `snapshot`"
             ),
             "{text:#?}"
         );

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use gate::{Gate, Terms};
-pub use queue::{EventQueue, Item, Popped, SourceId, SourceSink};
+pub use queue::{EventQueue, Popped, SubscriptionId, SubscriptionSink};
 pub(crate) use status::rfc3339;
 pub use status::{PluginStatus, StatusReport, TimedError};
-pub use worker::{PluginWorker, Source};
+pub use worker::{HandledKind, PluginWorker};
 
 /// What a new version receives first when it is swapped in; a config type, used here.
 pub use crate::config::SwapMode;
@@ -46,7 +46,7 @@ pub struct DispatchedPlugin {
 
 impl DispatchedPlugin {
     /// Subscribes, then starts the worker for `instance`: each subscription first queues the
-    /// informer's current content as initial adds, then live deltas.
+    /// informer's current content as initial adds, then live events.
     ///
     /// `previous` is the version this one replaces with other subscriptions (a re-subscription):
     /// the new worker first stops it (it delivers what it has queued within `stop_timeout`, see
@@ -57,7 +57,7 @@ impl DispatchedPlugin {
         instance: PluginInstance,
         max_queued: usize,
         resync: Option<Duration>,
-        handled: Vec<Source>,
+        handled: Vec<HandledKind>,
         listers: Vec<Lister>,
         previous: Option<(DispatchedPlugin, Duration)>,
         metrics: PluginMetrics,
@@ -72,11 +72,14 @@ impl DispatchedPlugin {
         let subscriptions = handled
             .iter()
             .enumerate()
-            .map(|(source, info)| {
-                info.lister.informer().subscribe(Arc::new(SourceSink {
-                    queue: queue.clone(),
-                    source,
-                }))
+            .map(|(subscription, handled)| {
+                handled
+                    .lister
+                    .informer()
+                    .subscribe(Arc::new(SubscriptionSink {
+                        queue: queue.clone(),
+                        subscription,
+                    }))
             })
             .collect();
         let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> {
@@ -119,7 +122,8 @@ impl DispatchedPlugin {
     }
 
     /// Hands `instance` to the worker, which swaps it in between two events; the receiver is
-    /// told when that happened (with how many objects were replayed, for a replay swap).
+    /// told when that happened (with how many cached objects the new version was handed, for a
+    /// snapshot swap).
     pub fn swap(
         &self,
         instance: PluginInstance,

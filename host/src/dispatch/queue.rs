@@ -9,47 +9,23 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cache::{CachedObject, ObjectKey};
-use crate::informer::{Delta, DeltaSink};
+use crate::cache::{CachedObject, Event, ObjectKey};
+use crate::informer::EventSink;
 use crate::metrics::QueueMetrics;
-use crate::plugin::Event;
 
-/// Which of the plugin's subscriptions an item came from (its position in the plugin's
+/// Which of the plugin's subscriptions an event came from (its position in the plugin's
 /// `handles`).
-pub type SourceId = usize;
+pub type SubscriptionId = usize;
 
-/// One queued item.
-#[derive(Debug, Clone)]
-pub enum Item {
-    /// An event for the plugin.
-    Event {
-        /// Its subscription.
-        source: SourceId,
-        /// The event.
-        event: Event,
-    },
-    /// The subscription's initial list has been queued in full.
-    Synced {
-        /// Its subscription.
-        source: SourceId,
-    },
-}
-
-impl Item {
-    /// Its subscription.
-    pub fn source(&self) -> SourceId {
-        match self {
-            Item::Event { source, .. } | Item::Synced { source } => *source,
-        }
-    }
-}
+/// One queued event: its sequence number, its subscription, the event.
+type Queued = (u64, SubscriptionId, Event);
 
 #[derive(Debug, Default)]
 struct State {
-    items: VecDeque<(u64, Item)>,
+    items: VecDeque<Queued>,
     next_seq: u64,
     /// The sequence number of each object's latest queued event.
-    latest: HashMap<(SourceId, ObjectKey), u64>,
+    latest: HashMap<(SubscriptionId, ObjectKey), u64>,
     coalesced: u64,
     /// When each queued item was appended, for `workqueue_queue_duration_seconds`.
     enqueued: HashMap<u64, Instant>,
@@ -69,8 +45,13 @@ pub struct EventQueue {
 /// What [`EventQueue::pop`] found.
 #[derive(Debug)]
 pub enum Popped {
-    /// The next item.
-    Item(Item),
+    /// The next event and the subscription it came from.
+    Event {
+        /// Its subscription.
+        subscription: SubscriptionId,
+        /// The event (`Synced` included: the subscription's initial list is queued in full).
+        event: Event,
+    },
     /// Nothing arrived before the timeout.
     Timeout,
     /// [`EventQueue::wake`] was called.
@@ -99,67 +80,67 @@ impl EventQueue {
         self.state.lock().expect("event queue lock poisoned")
     }
 
-    /// Appends `item` (or merges an update, see the module docs).
-    pub fn push(&self, item: Item) {
+    /// Appends `event` from `subscription` (or merges an update, see the module docs).
+    pub fn push(&self, subscription: SubscriptionId, event: Event) {
         let mut state = self.lock();
         if state.closed {
             return;
         }
-        if let Item::Event {
-            source,
-            event: Event::Update { new, .. },
-        } = &item
+        if let Event::Update { new, .. } = &event
             && state.items.len() >= self.max_queued
-            && Self::merge_update(&mut state, *source, new)
+            && Self::merge_update(&mut state, subscription, new)
         {
             self.metrics.coalesced();
             return;
         }
-        Self::append(&mut state, item);
+        Self::append(&mut state, subscription, event);
         self.metrics.added(state.items.len());
         drop(state);
         self.ready.notify_one();
     }
 
-    fn append(state: &mut State, item: Item) {
+    fn append(state: &mut State, subscription: SubscriptionId, event: Event) {
         let seq = state.next_seq;
         state.next_seq += 1;
-        if let Item::Event { source, event } = &item {
-            state
-                .latest
-                .insert((*source, event.object().key().clone()), seq);
+        if let Some(obj) = event.object() {
+            state.latest.insert((subscription, obj.key().clone()), seq);
         }
-        state.items.push_back((seq, item));
+        state.items.push_back((seq, subscription, event));
         state.enqueued.insert(seq, Instant::now());
     }
 
-    /// Replaces what `source` has queued with `objects` as initial adds, then `Synced` if
-    /// `synced` (a replay swap: the new version gets the current state, not the changes that led
-    /// to it); other sources' items keep their order. Returns how many items were dropped.
-    pub fn replay(&self, source: SourceId, objects: Vec<Arc<CachedObject>>, synced: bool) -> usize {
+    /// Replaces what `subscription` has queued with a snapshot of its store, `objects` as
+    /// initial adds, then `Synced` if `synced` (a snapshot swap: the new version gets the current
+    /// state, not the changes that led to it); other subscriptions' events keep their order.
+    /// Returns how many events were dropped.
+    pub fn replace_with_snapshot(
+        &self,
+        subscription: SubscriptionId,
+        objects: Vec<Arc<CachedObject>>,
+        synced: bool,
+    ) -> usize {
         let mut state = self.lock();
         if state.closed {
             return 0;
         }
         let before = state.items.len();
-        let kept: Vec<Item> = std::mem::take(&mut state.items)
+        let kept: Vec<(SubscriptionId, Event)> = std::mem::take(&mut state.items)
             .into_iter()
-            .map(|(_, item)| item)
-            .filter(|item| item.source() != source)
+            .filter(|(_, from, _)| *from != subscription)
+            .map(|(_, from, event)| (from, event))
             .collect();
         let dropped = before - kept.len();
         state.latest.clear();
         state.enqueued.clear();
-        let replayed = objects.into_iter().map(|obj| Item::Event {
-            source,
-            event: Event::Add { obj, initial: true },
-        });
-        for item in kept
+        let snapshot = objects
             .into_iter()
-            .chain(replayed)
-            .chain(synced.then_some(Item::Synced { source }))
+            .map(|obj| (subscription, Event::Add { obj, initial: true }));
+        for (from, event) in kept
+            .into_iter()
+            .chain(snapshot)
+            .chain(synced.then_some((subscription, Event::Synced)))
         {
-            Self::append(&mut state, item);
+            Self::append(&mut state, from, event);
         }
         self.metrics.depth(state.items.len());
         drop(state);
@@ -168,18 +149,17 @@ impl EventQueue {
     }
 
     /// Merges `new` into the object's latest queued event if that is an update.
-    fn merge_update(state: &mut State, source: SourceId, new: &Arc<CachedObject>) -> bool {
-        let Some(&seq) = state.latest.get(&(source, new.key().clone())) else {
+    fn merge_update(
+        state: &mut State,
+        subscription: SubscriptionId,
+        new: &Arc<CachedObject>,
+    ) -> bool {
+        let Some(&seq) = state.latest.get(&(subscription, new.key().clone())) else {
             return false;
         };
-        let first = state.items.front().map_or(0, |(s, _)| *s);
-        let Some((
-            _,
-            Item::Event {
-                event: Event::Update { new: queued, .. },
-                ..
-            },
-        )) = state.items.get_mut((seq - first) as usize)
+        let first = state.items.front().map_or(0, |(s, _, _)| *s);
+        let Some((_, _, Event::Update { new: queued, .. })) =
+            state.items.get_mut((seq - first) as usize)
         else {
             return false;
         };
@@ -191,29 +171,30 @@ impl EventQueue {
     /// Queues a resync of `objects` as updates with old == new, skipping objects that have an
     /// event queued already (like client-go, a resync never overtakes a real change). The check
     /// and the appends happen under one lock, so no live push lands between them; the caller
-    /// takes `objects` under the informer's fan-out lock (see [`Informer::replay`]), so the
-    /// snapshot is never ahead of what the informer has pushed here.
+    /// takes `objects` under the informer's fan-out lock (see [`Informer::with_snapshot`]), so
+    /// the snapshot is never ahead of what the informer has pushed here.
     ///
-    /// [`Informer::replay`]: crate::informer::Informer::replay
-    pub fn resync(&self, source: SourceId, objects: Vec<Arc<CachedObject>>) -> usize {
+    /// [`Informer::with_snapshot`]: crate::informer::Informer::with_snapshot
+    pub fn resync(&self, subscription: SubscriptionId, objects: Vec<Arc<CachedObject>>) -> usize {
         let mut state = self.lock();
         if state.closed {
             return 0;
         }
         let mut queued = 0;
         for obj in objects {
-            if state.latest.contains_key(&(source, obj.key().clone())) {
+            if state
+                .latest
+                .contains_key(&(subscription, obj.key().clone()))
+            {
                 continue;
             }
             // Nothing is queued for the object, so there is nothing to merge with: append.
             Self::append(
                 &mut state,
-                Item::Event {
-                    source,
-                    event: Event::Update {
-                        old: obj.clone(),
-                        new: obj,
-                    },
+                subscription,
+                Event::Update {
+                    old: obj.clone(),
+                    new: obj,
                 },
             );
             queued += 1;
@@ -230,9 +211,9 @@ impl EventQueue {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.lock();
         loop {
-            if let Some((seq, item)) = state.items.pop_front() {
-                if let Item::Event { source, event } = &item {
-                    let key = (*source, event.object().key().clone());
+            if let Some((seq, subscription, event)) = state.items.pop_front() {
+                if let Some(obj) = event.object() {
+                    let key = (subscription, obj.key().clone());
                     if state.latest.get(&key) == Some(&seq) {
                         state.latest.remove(&key);
                     }
@@ -241,7 +222,10 @@ impl EventQueue {
                     self.metrics.taken(at.elapsed());
                 }
                 self.metrics.depth(state.items.len());
-                return Popped::Item(item);
+                return Popped::Event {
+                    subscription,
+                    event,
+                };
             }
             if state.closed {
                 return Popped::Closed;
@@ -321,40 +305,18 @@ impl EventQueue {
     }
 }
 
-/// Feeds one subscription's deltas into a plugin's queue.
+/// Feeds one subscription's events into a plugin's queue.
 #[derive(Debug)]
-pub struct SourceSink {
+pub struct SubscriptionSink {
     /// The plugin's queue.
     pub queue: Arc<EventQueue>,
     /// Which subscription this is.
-    pub source: SourceId,
+    pub subscription: SubscriptionId,
 }
 
-impl DeltaSink for SourceSink {
-    fn push(&self, delta: Delta) {
-        let source = self.source;
-        let item = match delta {
-            Delta::Add { obj, initial } => Item::Event {
-                source,
-                event: Event::Add { obj, initial },
-            },
-            Delta::Update { old, new } => Item::Event {
-                source,
-                event: Event::Update { old, new },
-            },
-            Delta::Delete {
-                obj,
-                final_state_unknown,
-            } => Item::Event {
-                source,
-                event: Event::Delete {
-                    obj,
-                    final_state_unknown,
-                },
-            },
-            Delta::Synced => Item::Synced { source },
-        };
-        self.queue.push(item);
+impl EventSink for SubscriptionSink {
+    fn push(&self, event: Event) {
+        self.queue.push(self.subscription, event);
     }
 }
 
@@ -368,24 +330,22 @@ mod tests {
         Arc::new(CachedObject::from_value(value, true, &[]).unwrap())
     }
 
-    fn update(name: &str, from: u64, to: u64) -> Item {
-        Item::Event {
-            source: 0,
-            event: Event::Update {
-                old: obj(name, from),
-                new: obj(name, to),
-            },
+    fn update(name: &str, from: u64, to: u64) -> Event {
+        Event::Update {
+            old: obj(name, from),
+            new: obj(name, to),
         }
     }
 
     fn drain(queue: &EventQueue) -> Vec<String> {
         let mut seen = Vec::new();
-        while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
-            seen.push(match item {
-                Item::Event {
-                    event: Event::Update { old, new },
-                    ..
-                } => {
+        while let Popped::Event {
+            subscription,
+            event,
+        } = queue.pop(Some(Duration::ZERO))
+        {
+            seen.push(match &event {
+                Event::Update { old, new } => {
                     format!(
                         "update {} {}->{}",
                         new.name(),
@@ -393,13 +353,10 @@ mod tests {
                         new.resource_version()
                     )
                 }
-                Item::Event { event, .. } => format!(
-                    "{} {} {}",
-                    event.kind(),
-                    event.object().name(),
-                    event.object().resource_version()
-                ),
-                Item::Synced { source } => format!("synced {source}"),
+                Event::Synced => format!("synced {subscription}"),
+                Event::Add { obj, .. } | Event::Delete { obj, .. } => {
+                    format!("{} {} {}", event.kind(), obj.name(), obj.resource_version())
+                }
             });
         }
         seen
@@ -408,16 +365,16 @@ mod tests {
     #[test]
     fn keeps_every_event_in_order_under_the_limit() {
         let queue = EventQueue::new(100);
-        queue.push(Item::Event {
-            source: 0,
-            event: Event::Add {
+        queue.push(
+            0,
+            Event::Add {
                 obj: obj("a", 1),
                 initial: true,
             },
-        });
-        queue.push(Item::Synced { source: 0 });
-        queue.push(update("a", 1, 2));
-        queue.push(update("a", 2, 3));
+        );
+        queue.push(0, Event::Synced);
+        queue.push(0, update("a", 1, 2));
+        queue.push(0, update("a", 2, 3));
         assert_eq!(
             drain(&queue),
             ["add a 1", "synced 0", "update a 1->2", "update a 2->3"]
@@ -427,24 +384,24 @@ mod tests {
     #[test]
     fn over_the_limit_merges_consecutive_updates_but_never_adds_or_deletes() {
         let queue = EventQueue::new(2);
-        queue.push(update("a", 1, 2));
-        queue.push(update("b", 1, 2));
-        queue.push(update("a", 2, 3)); // merged into the first: first old, last new
-        queue.push(Item::Event {
-            source: 0,
-            event: Event::Delete {
+        queue.push(0, update("a", 1, 2));
+        queue.push(0, update("b", 1, 2));
+        queue.push(0, update("a", 2, 3)); // merged into the first: first old, last new
+        queue.push(
+            0,
+            Event::Delete {
                 obj: obj("a", 3),
                 final_state_unknown: false,
             },
-        });
-        queue.push(Item::Event {
-            source: 0,
-            event: Event::Add {
+        );
+        queue.push(
+            0,
+            Event::Add {
                 obj: obj("a", 4),
                 initial: false,
             },
-        });
-        queue.push(update("a", 4, 5)); // a's latest is an add: not merged
+        );
+        queue.push(0, update("a", 4, 5)); // a's latest is an add: not merged
         assert_eq!(queue.coalesced(), 1);
         assert_eq!(
             drain(&queue),
@@ -461,7 +418,7 @@ mod tests {
     #[test]
     fn resync_skips_objects_with_pending_events() {
         let queue = EventQueue::new(100);
-        queue.push(update("a", 1, 2));
+        queue.push(0, update("a", 1, 2));
         assert_eq!(queue.resync(0, vec![obj("a", 2), obj("b", 7)]), 1);
         assert_eq!(drain(&queue), ["update a 1->2", "update b 7->7"]);
         assert_eq!(
@@ -472,23 +429,26 @@ mod tests {
     }
 
     #[test]
-    fn replay_replaces_one_sources_items_and_keeps_the_others_in_order() {
+    fn a_snapshot_replaces_one_subscriptions_events_and_keeps_the_others_in_order() {
         let queue = EventQueue::new(100);
-        queue.push(update("a", 1, 2));
-        queue.push(Item::Event {
-            source: 1,
-            event: Event::Add {
+        queue.push(0, update("a", 1, 2));
+        queue.push(
+            1,
+            Event::Add {
                 obj: obj("x", 1),
                 initial: false,
             },
-        });
-        queue.push(update("b", 1, 2));
-        queue.push(Item::Synced { source: 0 });
-        assert_eq!(queue.replay(0, vec![obj("a", 3), obj("c", 4)], true), 3);
+        );
+        queue.push(0, update("b", 1, 2));
+        queue.push(0, Event::Synced);
+        assert_eq!(
+            queue.replace_with_snapshot(0, vec![obj("a", 3), obj("c", 4)], true),
+            3
+        );
         assert_eq!(drain(&queue), ["add x 1", "add a 3", "add c 4", "synced 0"]);
-        // The replayed adds are the objects' latest events: a later update merges only past the
+        // The snapshot's adds are the objects' latest events: a later update merges only past the
         // limit, and a resync skips them.
-        queue.push(update("a", 3, 5));
+        queue.push(0, update("a", 3, 5));
         assert_eq!(queue.resync(0, vec![obj("a", 5)]), 0);
         assert_eq!(drain(&queue), ["update a 3->5"]);
     }
@@ -519,10 +479,10 @@ mod tests {
     #[test]
     fn close_drains_then_reports_closed() {
         let queue = EventQueue::new(10);
-        queue.push(update("a", 1, 2));
+        queue.push(0, update("a", 1, 2));
         queue.close();
-        queue.push(update("a", 2, 3));
-        assert!(matches!(queue.pop(None), Popped::Item(_)));
+        queue.push(0, update("a", 2, 3));
+        assert!(matches!(queue.pop(None), Popped::Event { .. }));
         assert!(matches!(queue.pop(None), Popped::Closed));
     }
 }

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::gate::Gate;
-use super::queue::{EventQueue, Item, Popped, SourceId};
+use super::queue::{EventQueue, Popped, SubscriptionId};
 use super::status::PluginStatus;
 use crate::cache::Gvk;
 use crate::config::SwapMode;
@@ -16,12 +16,13 @@ use crate::informer::Lister;
 use crate::metrics::{CallResult, PluginMetrics};
 use crate::plugin::{Backoff, CallError, PluginInstance, TrapKind};
 
-/// What the worker knows of one subscription.
+/// One entry of the plugin's `handles`, as the worker knows it (its position is its
+/// [`SubscriptionId`]).
 #[derive(Debug, Clone)]
-pub struct Source {
+pub struct HandledKind {
     /// The kind it delivers.
     pub gvk: Gvk,
-    /// Its informer's store, for resyncs and replays.
+    /// Its informer's store, for resyncs and snapshot swaps.
     pub lister: Lister,
 }
 
@@ -29,9 +30,10 @@ pub struct Source {
 pub(crate) struct PendingSwap {
     /// The new version, started and `init`-ed.
     pub instance: PluginInstance,
-    /// Live or replay.
+    /// Live or snapshot.
     pub mode: SwapMode,
-    /// Told when the swap happened, with how many objects were replayed (replay swaps).
+    /// Told when the swap happened, with how many cached objects the new version was handed
+    /// (snapshot swaps).
     pub done: std::sync::mpsc::Sender<Option<usize>>,
 }
 
@@ -47,7 +49,7 @@ struct Delivery {
     name: Arc<str>,
     instance: PluginInstance,
     queue: Arc<EventQueue>,
-    sources: Vec<Source>,
+    handled: Vec<HandledKind>,
     status: Arc<PluginStatus>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     resync: Option<Duration>,
@@ -65,7 +67,7 @@ impl PluginWorker {
     pub fn start(
         instance: PluginInstance,
         queue: Arc<EventQueue>,
-        sources: Vec<Source>,
+        handled: Vec<HandledKind>,
         status: Arc<PluginStatus>,
         resync: Option<Duration>,
         before: Option<Box<dyn FnOnce() + Send>>,
@@ -74,12 +76,12 @@ impl PluginWorker {
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let swap = Arc::new(Mutex::new(None));
-        let unsynced = vec![true; sources.len()];
+        let unsynced = vec![true; handled.len()];
         let delivery = Delivery {
             name: name.clone(),
             instance,
             queue: queue.clone(),
-            sources,
+            handled,
             status,
             swap: swap.clone(),
             resync,
@@ -170,13 +172,20 @@ impl Delivery {
                         *at = Instant::now() + period;
                     }
                 }
-                Popped::Item(Item::Synced { source }) => self.mark_synced(source),
-                Popped::Item(Item::Event { .. }) if !self.gate.is_open() => {
-                    tracing::info!("leadership lost: plugin worker stops calling handlers");
-                    break;
-                }
-                Popped::Item(Item::Event { source, event }) => {
-                    let gvk = &self.sources[source].gvk;
+                Popped::Event {
+                    subscription,
+                    event,
+                } => {
+                    let Some(obj) = event.object().cloned() else {
+                        // `Synced`: no handler is called.
+                        self.mark_synced(subscription);
+                        continue;
+                    };
+                    if !self.gate.is_open() {
+                        tracing::info!("leadership lost: plugin worker stops calling handlers");
+                        break;
+                    }
+                    let gvk = &self.handled[subscription].gvk;
                     let started = Instant::now();
                     let work = self.metrics.queue.work();
                     let result = self.instance.handle(gvk, &event);
@@ -191,7 +200,6 @@ impl Delivery {
                         dropped
                             .saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)),
                     );
-                    let obj = event.object();
                     match &result {
                         Ok(()) => {
                             backoff.succeeded();
@@ -225,8 +233,8 @@ impl Delivery {
         tracing::info!("plugin worker stopped");
     }
 
-    /// Swaps in the pending new version, if any; returns whether it did. A replay swap replaces
-    /// what is queued with the current cache. A new version starts with a clean slate: the
+    /// Swaps in the pending new version, if any; returns whether it did. A snapshot swap
+    /// replaces what is queued with the current cache. A new version starts with a clean slate: the
     /// caller resets the backoff its predecessor's failures built up.
     fn take_swap(&mut self) -> bool {
         let pending = self.swap.lock().expect("swap slot lock poisoned").take();
@@ -240,7 +248,7 @@ impl Delivery {
         };
         let digest = instance.plugin().digest().to_owned();
         let old = std::mem::replace(&mut self.instance, instance);
-        let replayed = (mode == SwapMode::Replay).then(|| self.replay());
+        let snapshot = (mode == SwapMode::Snapshot).then(|| self.queue_snapshot());
         self.status.swapped(&digest);
         self.metrics
             .running(&digest, self.instance.plugin().contract());
@@ -248,29 +256,29 @@ impl Delivery {
         self.metrics.swapped(true);
         self.log_dropped_seen = 0;
         tracing::info!(
-            plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], replayed,
+            plugin.version = %&digest[..12], plugin.previous = %&old.plugin().digest()[..12], snapshot,
             "plugin version swapped in"
         );
-        let _ = done.send(replayed);
+        let _ = done.send(snapshot);
         true
     }
 
-    /// Replaces each source's queued events with its informer's content as initial adds; returns
-    /// how many objects that is.
-    fn replay(&self) -> usize {
-        let mut replayed = 0;
-        for (source, info) in self.sources.iter().enumerate() {
-            info.lister.informer().replay(|objects, synced| {
-                replayed += objects.len();
-                let dropped = self.queue.replay(source, objects, synced);
-                tracing::debug!(resource = %info.gvk, queue.dropped = dropped, "queued events replaced by the cache");
+    /// Replaces each subscription's queued events with a snapshot of its informer's store as
+    /// initial adds; returns how many objects that is.
+    fn queue_snapshot(&self) -> usize {
+        let mut handed = 0;
+        for (subscription, handled) in self.handled.iter().enumerate() {
+            handled.lister.informer().with_snapshot(|objects, synced| {
+                handed += objects.len();
+                let dropped = self.queue.replace_with_snapshot(subscription, objects, synced);
+                tracing::debug!(resource = %handled.gvk, queue.dropped = dropped, "queued events replaced by the cache");
             });
         }
-        replayed
+        handed
     }
 
-    fn mark_synced(&mut self, source: SourceId) {
-        if let Some(flag) = self.unsynced.get_mut(source) {
+    fn mark_synced(&mut self, subscription: SubscriptionId) {
+        if let Some(flag) = self.unsynced.get_mut(subscription) {
             *flag = false;
         }
         if !self.status.is_synced() && self.unsynced.iter().all(|u| !u) {
@@ -283,21 +291,22 @@ impl Delivery {
     }
 
     fn queue_resync(&self) {
-        resync(&self.queue, &self.sources);
+        resync(&self.queue, &self.handled);
     }
 }
 
-/// Queues a resync of every source into `queue`. Each source's snapshot is taken and queued
-/// under its informer's fan-out lock, as a replay swap's is: no live delta falls between the
-/// snapshot and the queued updates, so a resync never follows a real change with the state
+/// Queues a resync of every subscription into `queue`. Each subscription's snapshot is taken and
+/// queued under its informer's fan-out lock, as a snapshot swap's is: no live event falls between
+/// the snapshot and the queued updates, so a resync never follows a real change with the state
 /// before it.
-fn resync(queue: &EventQueue, sources: &[Source]) {
-    for (source, info) in sources.iter().enumerate() {
+fn resync(queue: &EventQueue, handled: &[HandledKind]) {
+    for (subscription, handled) in handled.iter().enumerate() {
         let mut queued = 0;
-        info.lister
+        handled
+            .lister
             .informer()
-            .replay(|objects, _synced| queued = queue.resync(source, objects));
-        tracing::debug!(resource = %info.gvk, queued, "resync queued");
+            .with_snapshot(|objects, _synced| queued = queue.resync(subscription, objects));
+        tracing::debug!(resource = %handled.gvk, queued, "resync queued");
     }
 }
 
@@ -339,12 +348,13 @@ mod tests {
     use std::sync::mpsc::{Receiver, Sender, channel};
 
     use futures::StreamExt;
-    use kube::runtime::watcher::{self, Event};
+    use kube::runtime::watcher::{self, Event as WatchEvent};
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::dispatch::SourceSink;
-    use crate::informer::{Delta, DeltaSink, Informer, InformerKey, StoreOptions};
+    use crate::cache::Event;
+    use crate::dispatch::SubscriptionSink;
+    use crate::informer::{EventSink, Informer, InformerKey, StoreOptions};
 
     fn pod(rv: u64) -> Value {
         json!({"metadata": {"namespace": "ns", "name": "a", "uid": "uid-a", "resourceVersion": rv.to_string()}})
@@ -357,9 +367,9 @@ mod tests {
         open: Mutex<Receiver<()>>,
     }
 
-    impl DeltaSink for Gate {
-        fn push(&self, delta: Delta) {
-            if matches!(delta, Delta::Update { .. })
+    impl EventSink for Gate {
+        fn push(&self, event: Event) {
+            if matches!(event, Event::Update { .. })
                 && let Some(entered) = self.entered.lock().unwrap().take()
             {
                 entered.send(()).unwrap();
@@ -370,22 +380,19 @@ mod tests {
 
     fn drain(queue: &EventQueue) -> Vec<String> {
         let mut seen = Vec::new();
-        while let Popped::Item(item) = queue.pop(Some(Duration::ZERO)) {
-            seen.push(match item {
-                Item::Event {
-                    event: crate::plugin::Event::Update { old, new },
-                    ..
-                } => {
+        while let Popped::Event { event, .. } = queue.pop(Some(Duration::ZERO)) {
+            seen.push(match &event {
+                Event::Update { old, new } => {
                     format!(
                         "update {}->{}",
                         old.resource_version(),
                         new.resource_version()
                     )
                 }
-                Item::Event { event, .. } => {
-                    format!("{} {}", event.kind(), event.object().resource_version())
+                Event::Add { obj, .. } | Event::Delete { obj, .. } => {
+                    format!("{} {}", event.kind(), obj.resource_version())
                 }
-                Item::Synced { .. } => "synced".to_owned(),
+                Event::Synced => "synced".to_owned(),
             });
         }
         seen
@@ -396,7 +403,7 @@ mod tests {
     /// a@2, then a change from a@1 to a@2).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_resync_during_a_fan_out_waits_for_it_and_never_precedes_the_real_change() {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<watcher::Result<Event<Value>>>();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<watcher::Result<WatchEvent<Value>>>();
         let events =
             futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) })
                 .boxed();
@@ -412,19 +419,23 @@ mod tests {
             open: Mutex::new(open_rx),
         }));
         let queue = EventQueue::new(100);
-        let _subscription = informer.subscribe(Arc::new(SourceSink {
+        let _subscription = informer.subscribe(Arc::new(SubscriptionSink {
             queue: queue.clone(),
-            source: 0,
+            subscription: 0,
         }));
-        for event in [Event::Init, Event::InitApply(pod(1)), Event::InitDone] {
+        for event in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod(1)),
+            WatchEvent::InitDone,
+        ] {
             tx.send(Ok(event)).unwrap();
         }
         informer.wait_synced().await;
         assert_eq!(drain(&queue), ["add 1", "synced"]);
 
-        tx.send(Ok(Event::Apply(pod(2)))).unwrap();
+        tx.send(Ok(WatchEvent::Apply(pod(2)))).unwrap();
         entered.recv().unwrap();
-        let sources = vec![Source {
+        let handled = vec![HandledKind {
             gvk: informer.key().gvk(),
             lister: informer.lister(),
         }];
@@ -432,7 +443,7 @@ mod tests {
         let resyncing = {
             let queue = queue.clone();
             std::thread::spawn(move || {
-                resync(&queue, &sources);
+                resync(&queue, &handled);
                 done_tx.send(()).unwrap();
             })
         };
@@ -496,25 +507,25 @@ mod tests {
             futures::stream::pending().boxed(),
         )
         .unwrap();
-        let sources = vec![Source {
+        let handled = vec![HandledKind {
             gvk: informer.key().gvk(),
             lister: informer.lister(),
         }];
         let queue = EventQueue::new(100);
         for rv in 1..=5 {
             let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
-            queue.push(Item::Event {
-                source: 0,
-                event: crate::plugin::Event::Add {
+            queue.push(
+                0,
+                Event::Add {
                     obj,
                     initial: false,
                 },
-            });
+            );
         }
         let worker = PluginWorker::start(
             instance,
             queue,
-            sources,
+            handled,
             Arc::default(),
             None,
             None,

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use kube::Client;
 
-use super::informer::Source;
+use super::informer::WatchSource;
 use super::watch::{ApiSource, StreamingSupport};
 use super::{
-    DeltaSink, Informer, InformerKey, InformerStatus, Lister, Result, StoreOptions, Subscription,
+    EventSink, Informer, InformerKey, InformerStatus, Lister, Result, StoreOptions, Subscription,
     WatchSettings,
 };
 
@@ -100,7 +100,7 @@ impl InformerFactory {
         let informer = Informer::spawn(
             key.clone(),
             options.clone(),
-            Source::Api(Box::new(source)),
+            WatchSource::Api(Box::new(source)),
             &self.inner.runtime,
             Some(on_drop),
         )?;
@@ -115,7 +115,7 @@ impl InformerFactory {
         &self,
         key: InformerKey,
         options: &StoreOptions,
-        sink: Arc<dyn DeltaSink>,
+        sink: Arc<dyn EventSink>,
     ) -> Result<Subscription> {
         Ok(self.informer(key, options)?.subscribe(sink))
     }

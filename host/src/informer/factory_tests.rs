@@ -17,7 +17,7 @@ use wasmformer_devcluster::{
 
 use super::*;
 use crate::cache::IndexSpec;
-use crate::informer::{Delta, Error, ListStrategy};
+use crate::informer::{Error, Event, ListStrategy};
 
 /// How long any single expected thing may take before the test fails.
 const WAIT: Duration = Duration::from_secs(30);
@@ -119,10 +119,10 @@ struct Recorder {
     pushed: tokio::sync::watch::Sender<usize>,
 }
 
-impl DeltaSink for Recorder {
-    fn push(&self, delta: Delta) {
+impl EventSink for Recorder {
+    fn push(&self, delta: Event) {
         let line = match &delta {
-            Delta::Delete {
+            Event::Delete {
                 obj,
                 final_state_unknown: true,
             } => format!("delete {}@{} unknown", obj.name(), obj.resource_version()),
@@ -440,8 +440,8 @@ async fn gone_relists_and_delivers_tombstones_before_the_relists_changes() {
             "{strategy:?}: the relist is counted as a 410's"
         );
         assert_eq!(
-            status.deltas,
-            crate::informer::DeltaCounts {
+            status.emitted,
+            crate::informer::EventCounts {
                 added: 4,
                 updated: 1,
                 deleted: 1
@@ -828,7 +828,7 @@ async fn a_broken_watch_stream_never_reaches_the_cache() {
     }
 }
 
-/// Where wasmformer differs from client-go on purpose (README, "Event semantics"): after a
+/// Where wasmformer differs from client-go on purpose (README, "WatchEvent semantics"): after a
 /// relist client-go calls OnUpdate with old == new for every unchanged object, and reports an
 /// object deleted and recreated while the watch was down as one OnUpdate.
 #[tokio::test]

@@ -16,7 +16,7 @@
 //! - a partial line when the stream ends (a connection cut inside an event) counts the same way.
 //!
 //! Objects of another kind than the informer's, and objects over the bound that arrive in a LIST
-//! response, are refused later by the [`Reflector`](super::delta::Reflector), which decodes them.
+//! response, are refused later by the [`Reflector`](super::reflector::Reflector), which decodes them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,9 +1,9 @@
 //! One running informer: a tokio task that drives kube's watcher through a [`Reflector`] into a
-//! [`Store`] and fans the resulting [`Delta`]s out to every subscribed [`DeltaSink`].
+//! [`Store`] and fans the resulting [`Event`]s out to every subscribed [`EventSink`].
 //!
-//! Applying an event to the store and pushing its deltas happen under one lock, the same lock
-//! [`Informer::subscribe`] takes to replay the store's content, so a subscriber sees every object
-//! exactly once: either in the replay or as a live delta, never both, never neither.
+//! Applying a watch event to the store and pushing the resulting events happen under one lock, the
+//! same lock [`Informer::subscribe`] takes to hand over the store's content, so a subscriber sees
+//! every object exactly once: either in that snapshot or as a live event, never both, never neither.
 //!
 //! Errors never stop the task: kube's watcher recovers (re-watch, relist) and the task waits out
 //! kube's [`DefaultBackoff`] (0.8 s doubling to 30 s, with jitter) between failures. kube's own
@@ -20,13 +20,13 @@ use std::time::SystemTime;
 
 use futures::StreamExt;
 use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{DefaultBackoff, Event};
+use kube::runtime::watcher::{DefaultBackoff, Event as WatchEvent};
 use serde_json::Value;
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use super::delta::{Delta, DeltaSink, Reflector};
 use super::guard::StreamHealth;
+use super::reflector::{Event, EventSink, Reflector};
 use super::watch::{
     ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION,
     METADATA_KIND, WatchError,
@@ -74,15 +74,15 @@ pub struct InformerStatus {
     /// Of the relists, those after the watch expired (`410 Gone`); the rest followed another
     /// failure.
     pub relists_expired: u64,
-    /// Deltas fanned out, by type: adds, updates, deletes.
-    pub deltas: DeltaCounts,
+    /// Events fanned out, by type: adds, updates, deletes.
+    pub emitted: EventCounts,
     /// When the last object arrived (listed or watched).
     pub last_event_at: Option<SystemTime>,
 }
 
-/// Deltas an informer produced, by type.
+/// Events an informer emitted, by type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeltaCounts {
+pub struct EventCounts {
     /// `Add`s.
     pub added: u64,
     /// `Update`s (resyncs are the plugins' own and not counted here).
@@ -95,7 +95,7 @@ pub struct DeltaCounts {
 struct Fanout {
     reflector: Reflector,
     options: StoreOptions,
-    sinks: Vec<(u64, Arc<dyn DeltaSink>)>,
+    sinks: Vec<(u64, Arc<dyn EventSink>)>,
     next_id: u64,
     status: InformerStatus,
     /// The last watch failure was a `410 Gone`: the next relist is for that reason.
@@ -118,7 +118,7 @@ impl Core {
         self.fanout.lock().expect("informer lock poisoned")
     }
 
-    fn apply(&self, event: Event<Value>, strategy: Option<ListStrategy>) {
+    fn apply(&self, event: WatchEvent<Value>, strategy: Option<ListStrategy>) {
         let mut fanout = self.lock();
         let Fanout {
             reflector,
@@ -129,7 +129,7 @@ impl Core {
         } = &mut *fanout;
         status.list_strategy = strategy.or(status.list_strategy);
         match &event {
-            Event::Init => {
+            WatchEvent::Init => {
                 status.lists += 1;
                 if reflector.is_synced() {
                     status.relists += 1;
@@ -137,23 +137,23 @@ impl Core {
                     tracing::info!(informer.relists = status.relists, "relisting");
                 }
             }
-            Event::Apply(_) | Event::InitApply(_) | Event::Delete(_) => {
+            WatchEvent::Apply(_) | WatchEvent::InitApply(_) | WatchEvent::Delete(_) => {
                 status.events += 1;
                 status.last_event_at = Some(SystemTime::now());
             }
             _ => {}
         }
         let was_synced = reflector.is_synced();
-        let deltas = &mut status.deltas;
-        let rejected = reflector.apply(event, &mut |delta| {
-            match &delta {
-                Delta::Add { .. } => deltas.added += 1,
-                Delta::Update { .. } => deltas.updated += 1,
-                Delta::Delete { .. } => deltas.deleted += 1,
-                Delta::Synced => {}
+        let emitted = &mut status.emitted;
+        let rejected = reflector.apply(event, &mut |event| {
+            match &event {
+                Event::Add { .. } => emitted.added += 1,
+                Event::Update { .. } => emitted.updated += 1,
+                Event::Delete { .. } => emitted.deleted += 1,
+                Event::Synced => {}
             }
             for (_, sink) in sinks.iter() {
-                sink.push(delta.clone());
+                sink.push(event.clone());
             }
         });
         status.rejected += rejected as u64;
@@ -181,50 +181,53 @@ impl Core {
     }
 }
 
-/// Where an informer's events come from.
-pub(crate) enum Source {
+/// Where an informer's watch events come from.
+pub(crate) enum WatchSource {
     /// A server, through kube's watcher.
     Api(Box<ApiSource>),
-    /// A given stream (tests, replays); the task ends with it.
+    /// A given stream (tests, recordings); the task ends with it.
     Stream(EventStream),
 }
 
-impl Source {
-    async fn next(&mut self) -> Option<kube::runtime::watcher::Result<Event<Value>>> {
+impl WatchSource {
+    async fn next(&mut self) -> Option<kube::runtime::watcher::Result<WatchEvent<Value>>> {
         match self {
-            Source::Api(api) => Some(api.next().await),
-            Source::Stream(stream) => stream.next().await,
+            WatchSource::Api(api) => Some(api.next().await),
+            WatchSource::Stream(stream) => stream.next().await,
         }
     }
 
     fn strategy(&self) -> Option<ListStrategy> {
         match self {
-            Source::Api(api) => api.strategy(),
-            Source::Stream(_) => None,
+            WatchSource::Api(api) => api.strategy(),
+            WatchSource::Stream(_) => None,
         }
     }
 
     fn health(&self) -> Arc<StreamHealth> {
         match self {
-            Source::Api(api) => api.health(),
-            Source::Stream(_) => Arc::default(),
+            WatchSource::Api(api) => api.health(),
+            WatchSource::Stream(_) => Arc::default(),
         }
     }
 
     fn max_object_bytes(&self) -> usize {
         match self {
-            Source::Api(api) => api.max_object_bytes(),
-            Source::Stream(_) => DEFAULT_MAX_OBJECT_BYTES,
+            WatchSource::Api(api) => api.max_object_bytes(),
+            WatchSource::Stream(_) => DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
 
-async fn run(core: Arc<Core>, mut source: Source) {
+async fn run(core: Arc<Core>, mut source: WatchSource) {
     let mut backoff = DefaultBackoff::default();
     while let Some(item) = source.next().await {
         match item {
             Ok(event) => {
-                if matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_)) {
+                if matches!(
+                    event,
+                    WatchEvent::InitDone | WatchEvent::Apply(_) | WatchEvent::Delete(_)
+                ) {
                     backoff.reset();
                 }
                 core.apply(event, source.strategy());
@@ -276,7 +279,7 @@ impl Informer {
         Self::spawn(
             key,
             options,
-            Source::Stream(events),
+            WatchSource::Stream(events),
             &tokio::runtime::Handle::current(),
             None,
         )
@@ -285,7 +288,7 @@ impl Informer {
     pub(crate) fn spawn(
         key: InformerKey,
         options: StoreOptions,
-        source: Source,
+        source: WatchSource,
         runtime: &tokio::runtime::Handle,
         on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
     ) -> Result<Arc<Self>> {
@@ -401,15 +404,15 @@ impl Informer {
     }
 
     /// Subscribes `sink`: it first receives the store's content as `Add { initial: true }` (in
-    /// key order) and `Synced` if the first list has completed, then every live delta. Dropping
+    /// key order) and `Synced` if the first list has completed, then every live event. Dropping
     /// the [`Subscription`] unsubscribes.
-    pub fn subscribe(self: &Arc<Self>, sink: Arc<dyn DeltaSink>) -> Subscription {
+    pub fn subscribe(self: &Arc<Self>, sink: Arc<dyn EventSink>) -> Subscription {
         let mut fanout = self.core.lock();
         for obj in fanout.reflector.store().snapshot() {
-            sink.push(Delta::Add { obj, initial: true });
+            sink.push(Event::Add { obj, initial: true });
         }
         if fanout.reflector.is_synced() {
-            sink.push(Delta::Synced);
+            sink.push(Event::Synced);
         }
         let id = fanout.next_id;
         fanout.next_id += 1;
@@ -420,12 +423,12 @@ impl Informer {
         }
     }
 
-    /// Hands the current content, and whether the initial list is complete, to `replay` while no
-    /// delta is fanned out: what `replay` queues lines up exactly with the deltas after it, as a
+    /// Hands a snapshot of the store, and whether the initial list is complete, to `take` while
+    /// no event is fanned out: what `take` queues lines up exactly with the events after it, as a
     /// new subscription's initial adds do.
-    pub fn replay(&self, replay: impl FnOnce(Vec<Arc<CachedObject>>, bool)) {
+    pub fn with_snapshot(&self, take: impl FnOnce(Vec<Arc<CachedObject>>, bool)) {
         let fanout = self.core.lock();
-        replay(
+        take(
             fanout.reflector.store().snapshot(),
             fanout.reflector.is_synced(),
         );
@@ -466,7 +469,7 @@ impl Informer {
     }
 }
 
-/// A subscription to an informer's deltas; dropping it unsubscribes (and stops the informer if
+/// A subscription to an informer's events; dropping it unsubscribes (and stops the informer if
 /// it was the last handle).
 #[derive(Debug)]
 pub struct Subscription {

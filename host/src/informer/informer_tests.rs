@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Event as WatchEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
@@ -25,7 +25,7 @@ fn pod(name: &str, rv: u64) -> Value {
         "spec": {"nodeName": format!("n{}", rv % 3)}})
 }
 
-type Sender = UnboundedSender<watcher::Result<Event<Value>>>;
+type Sender = UnboundedSender<watcher::Result<WatchEvent<Value>>>;
 
 /// An informer fed through a channel.
 fn informer(options: StoreOptions) -> (Arc<Informer>, Sender) {
@@ -38,12 +38,12 @@ fn informer(options: StoreOptions) -> (Arc<Informer>, Sender) {
 /// A sink that records deltas and lets a test await a condition on them.
 #[derive(Default)]
 struct Recorder {
-    deltas: Mutex<Vec<Delta>>,
+    deltas: Mutex<Vec<Event>>,
     pushed: tokio::sync::watch::Sender<usize>,
 }
 
-impl DeltaSink for Recorder {
-    fn push(&self, delta: Delta) {
+impl EventSink for Recorder {
+    fn push(&self, delta: Event) {
         let len = {
             let mut deltas = self.deltas.lock().unwrap();
             deltas.push(delta);
@@ -54,11 +54,11 @@ impl DeltaSink for Recorder {
 }
 
 impl Recorder {
-    fn deltas(&self) -> Vec<Delta> {
+    fn deltas(&self) -> Vec<Event> {
         self.deltas.lock().unwrap().clone()
     }
 
-    async fn wait_for(&self, done: impl Fn(&[Delta]) -> bool) {
+    async fn wait_for(&self, done: impl Fn(&[Event]) -> bool) {
         let mut pushed = self.pushed.subscribe();
         pushed
             .wait_for(|_| done(&self.deltas.lock().unwrap()))
@@ -69,13 +69,13 @@ impl Recorder {
     async fn wait_for_add(&self, name: &str) {
         self.wait_for(|ds| {
             ds.iter()
-                .any(|d| matches!(d, Delta::Add { obj, .. } if obj.name() == name))
+                .any(|d| matches!(d, Event::Add { obj, .. } if obj.name() == name))
         })
         .await;
     }
 }
 
-fn render(deltas: &[Delta]) -> Vec<String> {
+fn render(deltas: &[Event]) -> Vec<String> {
     deltas
         .iter()
         .map(|d| match d.object() {
@@ -86,11 +86,11 @@ fn render(deltas: &[Delta]) -> Vec<String> {
 }
 
 fn list(tx: &Sender, names: &[&str]) {
-    tx.send(Ok(Event::Init)).unwrap();
+    tx.send(Ok(WatchEvent::Init)).unwrap();
     for name in names {
-        tx.send(Ok(Event::InitApply(pod(name, 1)))).unwrap();
+        tx.send(Ok(WatchEvent::InitApply(pod(name, 1)))).unwrap();
     }
-    tx.send(Ok(Event::InitDone)).unwrap();
+    tx.send(Ok(WatchEvent::InitDone)).unwrap();
 }
 
 #[tokio::test]
@@ -104,7 +104,7 @@ async fn a_late_subscriber_gets_the_store_then_synced_then_live_deltas() {
 
     let late = Arc::new(Recorder::default());
     let _late_sub = informer.subscribe(late.clone());
-    tx.send(Ok(Event::Apply(pod("c", 2)))).unwrap();
+    tx.send(Ok(WatchEvent::Apply(pod("c", 2)))).unwrap();
     late.wait_for_add("c").await;
     assert_eq!(
         render(&late.deltas()),
@@ -114,27 +114,27 @@ async fn a_late_subscriber_gets_the_store_then_synced_then_live_deltas() {
         late.deltas()
             .iter()
             .take(2)
-            .all(|d| matches!(d, Delta::Add { initial: true, .. }))
+            .all(|d| matches!(d, Event::Add { initial: true, .. }))
     );
     assert!(matches!(
         late.deltas()[3],
-        Delta::Add { initial: false, .. }
+        Event::Add { initial: false, .. }
     ));
 }
 
 #[tokio::test]
 async fn a_sink_reading_the_store_sees_the_event_applied() {
     struct Checker(Arc<crate::cache::Store>, Arc<Recorder>);
-    impl DeltaSink for Checker {
-        fn push(&self, delta: Delta) {
-            if let Delta::Add { obj, .. } | Delta::Update { new: obj, .. } = &delta {
+    impl EventSink for Checker {
+        fn push(&self, delta: Event) {
+            if let Event::Add { obj, .. } | Event::Update { new: obj, .. } = &delta {
                 let stored = self
                     .0
                     .get(obj.namespace(), obj.name())
                     .expect("store has the object");
                 assert_eq!(stored.resource_version(), obj.resource_version());
             }
-            if let Delta::Delete { obj, .. } = &delta {
+            if let Event::Delete { obj, .. } = &delta {
                 assert!(self.0.get(obj.namespace(), obj.name()).is_none());
             }
             self.1.push(delta);
@@ -144,9 +144,9 @@ async fn a_sink_reading_the_store_sees_the_event_applied() {
     let recorder = Arc::new(Recorder::default());
     let _sub = informer.subscribe(Arc::new(Checker(informer.store(), recorder.clone())));
     list(&tx, &["a"]);
-    tx.send(Ok(Event::Apply(pod("a", 2)))).unwrap();
-    tx.send(Ok(Event::Delete(pod("a", 3)))).unwrap();
-    tx.send(Ok(Event::Apply(pod("z", 4)))).unwrap();
+    tx.send(Ok(WatchEvent::Apply(pod("a", 2)))).unwrap();
+    tx.send(Ok(WatchEvent::Delete(pod("a", 3)))).unwrap();
+    tx.send(Ok(WatchEvent::Apply(pod("z", 4)))).unwrap();
     recorder.wait_for_add("z").await;
     assert_eq!(
         render(&recorder.deltas()),
@@ -154,13 +154,13 @@ async fn a_sink_reading_the_store_sees_the_event_applied() {
     );
 }
 
-/// Replays a subscriber's deltas, failing on a gap or a duplicate; returns the final content.
-fn replay(deltas: &[Delta]) -> HashMap<String, String> {
+/// Applies a subscriber's events in order, failing on a gap or a duplicate; returns the final content.
+fn apply_all(deltas: &[Event]) -> HashMap<String, String> {
     let mut objects: HashMap<String, String> = HashMap::new();
     let mut synced = 0;
     for delta in deltas {
         match delta {
-            Delta::Add { obj, initial } => {
+            Event::Add { obj, initial } => {
                 assert_eq!(
                     *initial,
                     synced == 0,
@@ -170,7 +170,7 @@ fn replay(deltas: &[Delta]) -> HashMap<String, String> {
                     objects.insert(obj.name().to_owned(), obj.resource_version().to_owned());
                 assert!(previous.is_none(), "duplicate add of {}", obj.name());
             }
-            Delta::Update { old, new } => {
+            Event::Update { old, new } => {
                 let known =
                     objects.insert(new.name().to_owned(), new.resource_version().to_owned());
                 assert_eq!(
@@ -180,14 +180,14 @@ fn replay(deltas: &[Delta]) -> HashMap<String, String> {
                     new.name()
                 );
             }
-            Delta::Delete { obj, .. } => {
+            Event::Delete { obj, .. } => {
                 assert!(
                     objects.remove(obj.name()).is_some(),
                     "delete of unknown {}",
                     obj.name()
                 );
             }
-            Delta::Synced => synced += 1,
+            Event::Synced => synced += 1,
         }
     }
     assert_eq!(synced, 1, "Synced exactly once");
@@ -209,17 +209,17 @@ async fn subscribing_during_a_stream_of_changes_has_no_gap_and_no_duplicate() {
             let name = format!("p{:02}", rv % 70);
             let event = if rv % 7 == 0 && exists.get(&name) == Some(&true) {
                 exists.insert(name.clone(), false);
-                Event::Delete(pod(&name, rv))
+                WatchEvent::Delete(pod(&name, rv))
             } else {
                 exists.insert(name.clone(), true);
-                Event::Apply(pod(&name, rv))
+                WatchEvent::Apply(pod(&name, rv))
             };
             tx.send(Ok(event)).unwrap();
             if rv % 100 == 0 {
                 let _ = go.send(());
             }
         }
-        tx.send(Ok(Event::Apply(pod("done", 5000)))).unwrap();
+        tx.send(Ok(WatchEvent::Apply(pod("done", 5000)))).unwrap();
         tx
     });
     let mut subscribers = Vec::new();
@@ -240,7 +240,7 @@ async fn subscribing_during_a_stream_of_changes_has_no_gap_and_no_duplicate() {
     };
     for (_, recorder) in &subscribers {
         recorder.wait_for_add("done").await;
-        assert_eq!(replay(&recorder.deltas()), store);
+        assert_eq!(apply_all(&recorder.deltas()), store);
     }
     let first_len = subscribers[0].1.deltas().len();
     assert!(
@@ -263,7 +263,7 @@ async fn dropping_the_last_handle_stops_the_task_and_frees_the_store() {
     drop(informer);
     drop(subscription);
     assert!(lister.has_synced(), "the lister keeps the informer running");
-    tx.send(Ok(Event::Apply(pod("b", 2)))).unwrap();
+    tx.send(Ok(WatchEvent::Apply(pod("b", 2)))).unwrap();
     assert_eq!(
         render(&recorder.deltas()),
         ["add a@1", "synced"],
@@ -283,7 +283,7 @@ async fn status_counts_events_relists_and_errors() {
     tx.send(Err(watcher::Error::WatchError(Box::new(gone))))
         .unwrap();
     list(&tx, &["a"]);
-    tx.send(Ok(Event::Apply(pod("c", 2)))).unwrap();
+    tx.send(Ok(WatchEvent::Apply(pod("c", 2)))).unwrap();
     let recorder = Arc::new(Recorder::default());
     let _sub = informer.subscribe(recorder.clone());
     recorder.wait_for_add("c").await;
@@ -296,8 +296,8 @@ async fn status_counts_events_relists_and_errors() {
     // What the metrics show: two lists, the second after a 410; b's tombstone; a unchanged.
     assert_eq!((status.lists, status.relists_expired), (2, 1));
     assert_eq!(
-        status.deltas,
-        crate::informer::DeltaCounts {
+        status.emitted,
+        crate::informer::EventCounts {
             added: 3,
             updated: 0,
             deleted: 1

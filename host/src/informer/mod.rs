@@ -6,11 +6,11 @@
 //! `Init`/`InitApply`/`InitDone`/`Apply`/`Delete` events into client-go's handler semantics and
 //! keeps one [`Store`](crate::cache::Store) per watched resource:
 //!
-//! - [`delta`]: the pure state machine from watcher events to [`Delta`]s (`Add`, `Update` with
+//! - [`delta`]: the pure state machine from watcher events to [`Event`]s (`Add`, `Update` with
 //!   the old object, `Delete`, `Synced`), comparing with the store. A relist delivers objects
 //!   that vanished as tombstones (`final_state_unknown`) before its adds and updates.
 //! - [`informer`]: one running [`Informer`]: a tokio task driving the watcher,
-//!   the store, and the fan-out to [`DeltaSink`]s, with an [`InformerStatus`] for operators.
+//!   the store, and the fan-out to [`EventSink`]s, with an [`InformerStatus`] for operators.
 //! - [`watch`]: how the watcher is configured and started for an [`InformerKey`] (dynamic or
 //!   metadata-only objects, selectors pushed down, streaming list or paginated LIST) and how its
 //!   errors are explained ([`WatchError`]).
@@ -20,17 +20,17 @@
 //!   equal key and stops it when the last handle (subscription or lister) is gone.
 //! - [`spec`]: the [`InformerKey`] and the [`StoreOptions`] merged from every plugin.
 
-pub mod delta;
 pub mod factory;
 mod guard;
 #[allow(clippy::module_inception)]
 pub mod informer;
+pub mod reflector;
 pub mod spec;
 pub mod watch;
 
-pub use delta::{Delta, DeltaSink};
 pub use factory::InformerFactory;
-pub use informer::{DeltaCounts, Informer, InformerStatus, LastError, Lister, Subscription};
+pub use informer::{EventCounts, Informer, InformerStatus, LastError, Lister, Subscription};
+pub use reflector::{Event, EventSink};
 pub use spec::{InformerKey, StoreOptions};
 pub use watch::{DEFAULT_MAX_OBJECT_BYTES, ListStrategy, WatchError, WatchSettings};
 

@@ -22,7 +22,7 @@ pub struct InformerSample {
     pub selector: String,
     /// Objects in its cache.
     pub objects: u64,
-    /// Deltas by type: added, updated, deleted.
+    /// Events emitted by type: added, updated, deleted.
     pub events: [(&'static str, u64); 3],
     /// Lists by reason: `start` (the first), `410` (the watch expired), `error` (after another
     /// watch failure).
@@ -102,7 +102,7 @@ impl Collector for InformerCollector {
         }
         let mut family = encoder.encode_descriptor(
             "wasmformer_informer_events",
-            "Deltas the informer produced, by type",
+            "Events the informer emitted, by type",
             None,
             MetricType::Counter,
         )?;

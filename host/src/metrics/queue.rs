@@ -148,7 +148,7 @@ impl QueueMetrics {
         self.coalesced.inc();
     }
 
-    /// The queue now holds `depth` items (after a pop, a replay, an abandon).
+    /// The queue now holds `depth` items (after a pop, a snapshot swap, an abandon).
     pub fn depth(&self, depth: usize) {
         self.depth.set(depth as i64);
     }

@@ -123,11 +123,14 @@ pub enum TrapKind {
     Deadline,
     /// The instance tried to grow its memory past its limit.
     MemoryLimit,
-    /// The wasm stack overflowed.
+    /// The stack overflowed: wasmtime's call stack, or the stack a compiled language keeps in
+    /// linear memory (an out-of-bounds access deep in a recursion).
     StackOverflow,
+    /// The guest read or wrote outside its linear memory (a bad pointer).
+    OutOfBounds,
     /// The guest executed `unreachable`, which is how a Rust panic or abort ends.
     Unreachable,
-    /// Any other trap (out-of-bounds access, integer division by zero, …).
+    /// Any other trap (integer division by zero, a bad indirect call, …).
     Other,
 }
 
@@ -137,6 +140,7 @@ impl std::fmt::Display for TrapKind {
             Self::Deadline => "deadline exceeded",
             Self::MemoryLimit => "memory limit exceeded",
             Self::StackOverflow => "stack overflow",
+            Self::OutOfBounds => "out of bounds memory access",
             Self::Unreachable => "panic or abort (wasm unreachable)",
             Self::Other => "trap",
         })

@@ -10,52 +10,7 @@ use super::engine::EPOCH_TICK;
 use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
 use super::world::Bindings as PluginBindings;
 use super::{CallError, Limits, LoadedPlugin, TrapKind};
-use crate::cache::{CachedObject, Gvk};
-
-/// One informer event, as delivered to a plugin.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// An object was added; `initial` for objects of the initial list.
-    Add {
-        /// The object.
-        obj: Arc<CachedObject>,
-        /// Whether it came from the initial list.
-        initial: bool,
-    },
-    /// An object changed (on a resync, `old` and `new` are the same object).
-    Update {
-        /// The previous state.
-        old: Arc<CachedObject>,
-        /// The new state.
-        new: Arc<CachedObject>,
-    },
-    /// An object was deleted.
-    Delete {
-        /// The last known state.
-        obj: Arc<CachedObject>,
-        /// Whether the delete was inferred after a relist.
-        final_state_unknown: bool,
-    },
-}
-
-impl Event {
-    /// The object the event is about (the new state for an update).
-    pub fn object(&self) -> &Arc<CachedObject> {
-        match self {
-            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
-            Self::Update { new, .. } => new,
-        }
-    }
-
-    /// `add`, `update` or `delete`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Add { .. } => "add",
-            Self::Update { .. } => "update",
-            Self::Delete { .. } => "delete",
-        }
-    }
-}
+use crate::cache::{Event, Gvk};
 
 /// A running plugin: its wasmtime store and instance, recreated after a trap.
 pub struct PluginInstance {
@@ -136,8 +91,12 @@ impl PluginInstance {
     }
 
     /// Delivers `event` about an object of kind `gvk`. On a trap the instance is discarded; the
-    /// next call creates a fresh one (and calls `init` again).
+    /// next call creates a fresh one (and calls `init` again). `Synced` has no handler export:
+    /// nothing is called.
     pub fn handle(&mut self, gvk: &Gvk, event: &Event) -> Result<(), CallError> {
+        if matches!(event, Event::Synced) {
+            return Ok(());
+        }
         self.calls += 1;
         let result = self.ensure_live().and_then(|_| {
             self.call(|bindings, store| bindings.call_event(store, gvk, event))?
@@ -223,7 +182,7 @@ impl PluginInstance {
             if let Some(backtrace) = backtrace {
                 tracing::debug!(plugin.id = %self.name, wasm.backtrace = %backtrace, "trap backtrace");
             }
-            let (kind, cause) = classify(&error);
+            let (kind, cause) = classify(&error, backtrace);
             CallError::Trap { kind, cause, frame: backtrace.and_then(guest_frame), elapsed, detail: last_stderr, error }
         })
     }
@@ -234,8 +193,36 @@ fn deadline_ticks(deadline: Duration) -> u64 {
     (deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
 }
 
+/// How many of the innermost frames of an out-of-bounds trap are looked at to tell a stack
+/// overflow from a bad pointer (wasmtime keeps the innermost 20).
+const RECURSION_WINDOW: usize = 16;
+
+/// Whether the innermost frames are a recursion: at least [`RECURSION_WINDOW`] frames, all in at
+/// most two functions (a function calling itself, or two calling each other).
+fn is_recursion(backtrace: &wasmtime::WasmBacktrace) -> bool {
+    let frames = backtrace.frames();
+    if frames.len() < RECURSION_WINDOW {
+        return false;
+    }
+    let mut functions: Vec<u32> = Vec::new();
+    for frame in &frames[..RECURSION_WINDOW] {
+        if !functions.contains(&frame.func_index()) {
+            functions.push(frame.func_index());
+        }
+    }
+    functions.len() <= 2
+}
+
 /// The kind of trap and its cause on one line.
-fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
+///
+/// A Rust (or C) guest keeps its stack in linear memory below its data: when a recursion
+/// overflows it, the stack pointer leaves linear memory and the trap is an out-of-bounds access,
+/// not wasmtime's stack-overflow trap. An out-of-bounds access whose innermost frames are a
+/// recursion is reported as that stack overflow.
+fn classify(
+    error: &wasmtime::Error,
+    backtrace: Option<&wasmtime::WasmBacktrace>,
+) -> (TrapKind, String) {
     if let Some(e) = error.downcast_ref::<DeadlineExceeded>() {
         return (TrapKind::Deadline, e.to_string());
     }
@@ -254,6 +241,15 @@ fn classify(error: &wasmtime::Error) -> (TrapKind, String) {
         wasmtime::Trap::Interrupt => TrapKind::Deadline,
         wasmtime::Trap::StackOverflow => TrapKind::StackOverflow,
         wasmtime::Trap::UnreachableCodeReached => TrapKind::Unreachable,
+        wasmtime::Trap::MemoryOutOfBounds => {
+            if backtrace.is_some_and(is_recursion) {
+                return (
+                    TrapKind::StackOverflow,
+                    "stack overflow in linear memory (out of bounds memory access)".to_owned(),
+                );
+            }
+            TrapKind::OutOfBounds
+        }
         _ => TrapKind::Other,
     };
     let cause = match kind {

@@ -38,13 +38,14 @@ pub(crate) mod bindings_v02 {
     });
 }
 
+pub use crate::cache::Event;
 pub use crate::config::Limits;
 pub use backoff::Backoff;
 pub use cache::CacheError;
 pub use engine::PluginEngine;
 pub use error::{CallError, LoadError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
-pub use instance::{Event, PluginInstance};
+pub use instance::PluginInstance;
 pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// The WIT package this host implements.

@@ -10,8 +10,7 @@ use super::bindings::{self, wasmformer::plugin::types};
 use super::bindings_v02;
 use super::host::HostState;
 use super::host::wit_object;
-use super::instance::Event;
-use crate::cache::Gvk;
+use crate::cache::{Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world.
 #[derive(Clone)]
@@ -91,6 +90,8 @@ impl Bindings {
                         obj,
                         final_state_unknown,
                     } => handler.call_on_delete(store, &wit_object(gvk, obj), *final_state_unknown),
+                    // The contract has no export for it: nothing to call.
+                    Event::Synced => Ok(Ok(())),
                 }
             }
             Self::V02(b) => {
@@ -107,6 +108,7 @@ impl Bindings {
                         obj,
                         final_state_unknown,
                     } => handler.call_on_delete(store, &object(obj), *final_state_unknown),
+                    Event::Synced => Ok(Ok(())),
                 }
             }
         }

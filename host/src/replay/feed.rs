@@ -15,10 +15,8 @@ use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::{Script, ScriptError, ScriptStep, Step, Stores};
-use crate::cache::{Gvk, ObjectKey};
-use crate::informer::Delta;
-use crate::informer::delta::Reflector;
-use crate::plugin::Event;
+use crate::cache::{Event, Gvk, ObjectKey};
+use crate::informer::reflector::Reflector;
 
 /// The events a script delivers, each after the cache has been updated for it.
 #[derive(Debug)]
@@ -59,7 +57,7 @@ impl Feed {
         &self.stores
     }
 
-    /// The next event for a plugin and its kind; the stores already reflect it.
+    /// The next event for a plugin (never `Synced`) and its kind; the stores already reflect it.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(Gvk, Event)> {
         loop {
@@ -81,20 +79,11 @@ impl Feed {
             .get_mut(gvk)
             .expect("a reflector for every kind of the script");
         for event in events {
-            reflector.apply(event, &mut |delta| {
-                let event = match delta {
-                    Delta::Add { obj, initial } => Event::Add { obj, initial },
-                    Delta::Update { old, new } => Event::Update { old, new },
-                    Delta::Delete {
-                        obj,
-                        final_state_unknown,
-                    } => Event::Delete {
-                        obj,
-                        final_state_unknown,
-                    },
-                    Delta::Synced => return,
-                };
-                self.pending.push_back((gvk.clone(), event));
+            reflector.apply(event, &mut |event| {
+                // `replay` reports calls: `Synced` calls nothing.
+                if event != Event::Synced {
+                    self.pending.push_back((gvk.clone(), event));
+                }
             });
         }
     }
@@ -121,8 +110,9 @@ impl Feed {
         }
         let mut adds: Vec<(Gvk, Event)> = self.pending.drain(..).collect();
         adds.sort_by_key(|(gvk, event)| {
-            order
-                .get(&(gvk.clone(), event.object().key().clone()))
+            event
+                .object()
+                .and_then(|obj| order.get(&(gvk.clone(), obj.key().clone())))
                 .copied()
         });
         self.pending.extend(adds);

@@ -37,6 +37,7 @@ fn deliveries(script: &str) -> Vec<String> {
                     if *final_state_unknown { " unknown" } else { "" }
                 )
             }
+            Event::Synced => unreachable!("the feed yields no synced"),
         };
         out.push(line);
     }

@@ -2,7 +2,7 @@
 //!
 //! The script ([`Script`]) holds the objects in the cache before the first event, then adds,
 //! updates and deletes written as ordinary manifests. [`Feed`] turns it into watch events and
-//! passes them through the informer's own [`Reflector`](crate::informer::delta::Reflector), one
+//! passes them through the informer's own [`Reflector`](crate::informer::reflector::Reflector), one
 //! per kind, so the cache and the events delivered are the live informer's (lister calls inside
 //! handlers see each event's object); every call's outcome is reported. The whole script is
 //! checked ([`Script::check`]) before the plugin starts. Writes are recorded in order, checked
@@ -17,12 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use feed::Feed;
-pub use script::{KindRef, Script, ScriptError, ScriptStep, Step};
+pub use script::{Script, ScriptError, ScriptStep, Step};
 
-use crate::cache::{Gvk, ObjectKey, Store};
+use crate::cache::{Event, Gvk, ObjectKey, Store};
 use crate::plugin::{
-    CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance,
-    WriteAccess,
+    CallError, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess,
 };
 use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
 
@@ -151,12 +150,14 @@ pub fn run(
     let handled = script.handled_kinds();
     let mut outcomes = vec![init];
     while let Some((gvk, event)) = feed.next() {
+        let Some(obj) = event.object().cloned() else {
+            continue; // `Synced`: not a call
+        };
         if !handled.contains(&gvk) {
             continue;
         }
         let started = Instant::now();
         let error = instance.handle(&gvk, &event).err();
-        let obj = event.object();
         let marker = match event {
             Event::Add { initial: true, .. } => Some("initial"),
             Event::Delete {

@@ -38,17 +38,19 @@ use serde_saphyr::Spanned;
 use super::Stores;
 use crate::cache::{FieldPath, Gvk, IndexSpec, ObjectError, ObjectKey, Store};
 
-/// A kind named as in a manifest.
+/// A kind in a script's `handles` or `read`: `apiVersion` and `kind` (unlike the config's
+/// [`KindRef`](crate::config::KindRef), no plural `resource`: a script has no discovery to
+/// resolve it).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct KindRef {
+struct ScriptKind {
     /// `v1`, `apps/v1`, …
     pub api_version: String,
     /// `Pod`, `Deployment`, …
     pub kind: String,
 }
 
-impl KindRef {
+impl ScriptKind {
     fn gvk(&self) -> Gvk {
         Gvk::from_api_version(&self.api_version, &self.kind)
     }
@@ -108,8 +110,8 @@ pub enum Step {
 pub struct Script {
     #[serde(default)]
     initial: Vec<Value>,
-    handles: Option<Vec<KindRef>>,
-    read: Option<Vec<KindRef>>,
+    handles: Option<Vec<ScriptKind>>,
+    read: Option<Vec<ScriptKind>>,
     #[serde(default)]
     indexes: Vec<ScriptIndex>,
     #[serde(default)]
@@ -357,7 +359,7 @@ impl Script {
                 .iter()
                 .flatten()
                 .chain(self.read.iter().flatten())
-                .map(KindRef::gvk),
+                .map(ScriptKind::gvk),
         );
         kinds.extend(
             self.indexes
@@ -370,7 +372,7 @@ impl Script {
     /// The kinds delivered to the plugin: `handles`, or every kind in `events`.
     pub fn handled_kinds(&self) -> BTreeSet<Gvk> {
         match &self.handles {
-            Some(kinds) => kinds.iter().map(KindRef::gvk).collect(),
+            Some(kinds) => kinds.iter().map(ScriptKind::gvk).collect(),
             None => self
                 .steps()
                 .map(|s| s.into_iter().map(|s| s.gvk).collect())
@@ -383,7 +385,7 @@ impl Script {
         match &self.read {
             Some(kinds) => kinds
                 .iter()
-                .map(KindRef::gvk)
+                .map(ScriptKind::gvk)
                 .chain(self.handled_kinds())
                 .collect(),
             None => self.kinds().unwrap_or_default(),

@@ -24,7 +24,7 @@ pub use reload::{ReloadOutcome, ReloadReport};
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, PluginConfig};
 use crate::dispatch::{
-    DispatchedPlugin, Gate, PluginStatus, Source, StatusReport, Terms, TimedError, rfc3339,
+    DispatchedPlugin, Gate, HandledKind, PluginStatus, StatusReport, Terms, TimedError, rfc3339,
 };
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
@@ -298,7 +298,7 @@ impl Runtime {
         }
         for ((key, _), lister) in wiring.handled.iter().zip(&listers) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
-            handled.push(Source {
+            handled.push(HandledKind {
                 gvk: key.gvk(),
                 lister: lister.clone(),
             });
@@ -601,9 +601,9 @@ fn informer_sampler(factory: InformerFactory) -> InformerSampler {
                     selector: selector.join("; "),
                     objects: status.objects as u64,
                     events: [
-                        ("added", status.deltas.added),
-                        ("updated", status.deltas.updated),
-                        ("deleted", status.deltas.deleted),
+                        ("added", status.emitted.added),
+                        ("updated", status.emitted.updated),
+                        ("deleted", status.emitted.deleted),
                     ],
                     lists: [
                         ("start", status.lists - status.relists),

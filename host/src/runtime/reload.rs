@@ -37,10 +37,10 @@ pub enum ReloadOutcome {
         version: String,
         /// How long loading and `init` took (off the event path).
         prepare_ms: u64,
-        /// With `onSwap: replay`: how many cached objects the new version received as initial
+        /// With `onSwap: snapshot`: how many cached objects the new version received as initial
         /// adds.
         #[serde(skip_serializing_if = "Option::is_none")]
-        replayed: Option<usize>,
+        snapshot: Option<usize>,
     },
     /// The wasm and settings are unchanged: nothing to do.
     Unchanged,
@@ -97,10 +97,10 @@ impl ReloadOutcome {
             Self::Swapped {
                 version,
                 prepare_ms,
-                replayed,
+                snapshot,
             } => tracing::info!(
                 plugin.id = %plugin, reload.outcome = outcome, plugin.version = %short(version),
-                reload.prepareMs = prepare_ms, reload.replayed = replayed, "reload outcome"
+                reload.prepareMs = prepare_ms, reload.snapshot = snapshot, "reload outcome"
             ),
             Self::Failed { error } => {
                 tracing::warn!(plugin.id = %plugin, reload.outcome = outcome, error = %error, "reload outcome")
@@ -111,21 +111,21 @@ impl ReloadOutcome {
 }
 
 impl std::fmt::Display for ReloadOutcome {
-    /// `swapped to 3f2a9c81d0e4 (prepared in 41 ms, 120 objects replayed)`, `failed: …`.
+    /// `swapped to 3f2a9c81d0e4 (prepared in 41 ms, snapshot of 120 objects)`, `failed: …`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Swapped {
                 version,
                 prepare_ms,
-                replayed,
+                snapshot,
             } => {
                 write!(
                     f,
                     "swapped to {} (prepared in {prepare_ms} ms",
                     short(version)
                 )?;
-                if let Some(replayed) = replayed {
-                    write!(f, ", {replayed} objects replayed")?;
+                if let Some(snapshot) = snapshot {
+                    write!(f, ", snapshot of {snapshot} objects")?;
                 }
                 f.write_str(")")
             }
@@ -252,16 +252,16 @@ impl Runtime {
                 running.config = config;
                 drop(plugins);
                 // The worker swaps between two events: at most one call's deadline away.
-                let replayed = tokio::task::spawn_blocking(move || swapped.recv())
+                let snapshot = tokio::task::spawn_blocking(move || swapped.recv())
                     .await
                     .ok()
                     .and_then(Result::ok)
                     .flatten();
-                tracing::info!(plugin.id = %name, plugin.version = %short(&version), reload.prepareMs = prepare_ms, reload.replayed = replayed, "plugin reloaded");
+                tracing::info!(plugin.id = %name, plugin.version = %short(&version), reload.prepareMs = prepare_ms, reload.snapshot = snapshot, "plugin reloaded");
                 ReloadOutcome::Swapped {
                     version,
                     prepare_ms,
-                    replayed,
+                    snapshot,
                 }
             }
             Err(e) => {
@@ -475,7 +475,7 @@ mod tests {
                     ReloadOutcome::Swapped {
                         version: "0123456789abcdef".into(),
                         prepare_ms: 41,
-                        replayed: Some(3),
+                        snapshot: Some(3),
                     },
                 ),
                 (
@@ -483,7 +483,7 @@ mod tests {
                     ReloadOutcome::Swapped {
                         version: "fedcba9876543210".into(),
                         prepare_ms: 2,
-                        replayed: None,
+                        snapshot: None,
                     },
                 ),
                 (
@@ -498,7 +498,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&report).unwrap(),
             serde_json::json!({"plugins": [
-                {"name": "a", "outcome": "swapped", "version": "0123456789abcdef", "prepareMs": 41, "replayed": 3},
+                {"name": "a", "outcome": "swapped", "version": "0123456789abcdef", "prepareMs": 41, "snapshot": 3},
                 {"name": "b", "outcome": "swapped", "version": "fedcba9876543210", "prepareMs": 2},
                 {"name": "c", "outcome": "failed", "error": "plugin c: cannot read c.wasm"},
                 {"name": "d", "outcome": "unchanged"},
@@ -509,7 +509,7 @@ mod tests {
         assert_eq!(read_back, report);
         assert_eq!(
             report.plugins[0].1.to_string(),
-            "swapped to 0123456789ab (prepared in 41 ms, 3 objects replayed)"
+            "swapped to 0123456789ab (prepared in 41 ms, snapshot of 3 objects)"
         );
         assert_eq!(
             report.plugins[2].1.to_string(),

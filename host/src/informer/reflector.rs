@@ -1,9 +1,9 @@
-//! From kube's watcher events to client-go's handler deltas: the pure state machine.
+//! From kube's watcher events to client-go's handler events: the pure state machine.
 //!
 //! kube's [`watcher`](mod@kube::runtime::watcher) reports `Init`, `InitApply`, `InitDone`, `Apply`
 //! and `Delete`. The [`Reflector`] compares each with its [`Store`], updates the store, and only
-//! then emits what a handler needs: [`Delta::Add`], [`Delta::Update`] with the old object,
-//! [`Delta::Delete`], and [`Delta::Synced`] once after the first complete list.
+//! then emits what a handler needs: [`Event::Add`], [`Event::Update`] with the old object,
+//! [`Event::Delete`], and [`Event::Synced`] once after the first complete list.
 //!
 //! A list (`Init` … `InitDone`) is buffered until it is complete, because an interrupted list
 //! (a LIST page or a streaming list failing half-way) starts over with a new `Init` and must leave
@@ -20,70 +20,20 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::runtime::watcher::Event;
+use kube::runtime::watcher::Event as WatchEvent;
 use serde_json::Value;
 
+pub use crate::cache::Event;
 use crate::cache::{CachedObject, ObjectKey, Store};
 
-/// One change for a handler, after the store has been updated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delta {
-    /// An object appeared. `initial` marks objects of the first complete list (and, for a late
-    /// subscriber, the store's content when it subscribed).
-    Add {
-        /// The object.
-        obj: Arc<CachedObject>,
-        /// Whether it is part of the initial content rather than a live change.
-        initial: bool,
-    },
-    /// An object changed (its resourceVersion differs from the stored one).
-    Update {
-        /// The object as stored before.
-        old: Arc<CachedObject>,
-        /// The object as stored now.
-        new: Arc<CachedObject>,
-    },
-    /// An object disappeared.
-    Delete {
-        /// The object's final state, or the last known state if `final_state_unknown`.
-        obj: Arc<CachedObject>,
-        /// The deletion was inferred from a relist: the object may have changed before it went.
-        final_state_unknown: bool,
-    },
-    /// The initial list is complete: every `Add { initial: true }` has been delivered.
-    Synced,
-}
-
-impl Delta {
-    /// `add`, `update`, `delete` or `synced`, for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Delta::Add { .. } => "add",
-            Delta::Update { .. } => "update",
-            Delta::Delete { .. } => "delete",
-            Delta::Synced => "synced",
-        }
-    }
-
-    /// The object the delta is about (the new one for an update), if any.
-    pub fn object(&self) -> Option<&Arc<CachedObject>> {
-        match self {
-            Delta::Add { obj, .. } | Delta::Delete { obj, .. } | Delta::Update { new: obj, .. } => {
-                Some(obj)
-            }
-            Delta::Synced => None,
-        }
-    }
-}
-
-/// Receives an informer's deltas, in order.
+/// Receives an informer's events, in order.
 ///
 /// `push` is called with the informer's fan-out lock held (that is what makes a subscription see
 /// no gap and no duplicate): it must not block and must not call back into the informer. Queue
-/// the delta and return.
-pub trait DeltaSink: Send + Sync {
-    /// Takes one delta.
-    fn push(&self, delta: Delta);
+/// the event and return.
+pub trait EventSink: Send + Sync {
+    /// Takes one event.
+    fn push(&self, event: Event);
 }
 
 /// The objects of the list in progress.
@@ -113,7 +63,7 @@ impl Relist {
     }
 }
 
-/// Applies watcher events to a [`Store`] and emits the resulting [`Delta`]s.
+/// Applies watcher events to a [`Store`] and emits the resulting [`Event`]s.
 #[derive(Debug)]
 pub struct Reflector {
     store: Arc<Store>,
@@ -194,23 +144,23 @@ impl Reflector {
 
     /// Applies one watcher event: updates the store, then calls `emit` with each delta. Returns
     /// how many objects were rejected (logged; e.g. no `metadata.name`).
-    pub fn apply(&mut self, event: Event<Value>, emit: &mut impl FnMut(Delta)) -> usize {
+    pub fn apply(&mut self, event: WatchEvent<Value>, emit: &mut impl FnMut(Event)) -> usize {
         match event {
-            Event::Init => {
+            WatchEvent::Init => {
                 self.relist = Some(Relist {
                     first: !self.synced,
                     ..Relist::default()
                 });
                 0
             }
-            Event::InitApply(value) => self.list_one(value, emit),
-            Event::InitDone => {
+            WatchEvent::InitApply(value) => self.list_one(value, emit),
+            WatchEvent::InitDone => {
                 self.finish_list(emit);
                 0
             }
-            Event::Apply(value) if self.relist.is_some() => self.list_one(value, emit),
-            Event::Apply(value) => self.apply_live(value, emit),
-            Event::Delete(value) => self.delete_live(value, emit),
+            WatchEvent::Apply(value) if self.relist.is_some() => self.list_one(value, emit),
+            WatchEvent::Apply(value) => self.apply_live(value, emit),
+            WatchEvent::Delete(value) => self.delete_live(value, emit),
         }
     }
 
@@ -288,7 +238,7 @@ impl Reflector {
         false
     }
 
-    fn list_one(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+    fn list_one(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }
@@ -323,7 +273,7 @@ impl Reflector {
         0
     }
 
-    fn finish_list(&mut self, emit: &mut impl FnMut(Delta)) {
+    fn finish_list(&mut self, emit: &mut impl FnMut(Event)) {
         let Some(relist) = self.relist.take() else {
             return;
         };
@@ -341,7 +291,7 @@ impl Reflector {
                     .get(key)
                     .is_some_and(|&i| changed[i].uid() == stored.uid());
             if !kept && let Some(obj) = self.store.remove(key) {
-                emit(Delta::Delete {
+                emit(Event::Delete {
                     obj,
                     final_state_unknown: true,
                 });
@@ -350,8 +300,8 @@ impl Reflector {
         drop((unchanged, positions));
         for obj in changed {
             match self.store.upsert(obj.clone()) {
-                Some(old) => emit(Delta::Update { old, new: obj }),
-                None => emit(Delta::Add {
+                Some(old) => emit(Event::Update { old, new: obj }),
+                None => emit(Event::Add {
                     obj,
                     initial: first,
                 }),
@@ -359,11 +309,11 @@ impl Reflector {
         }
         if !self.synced {
             self.synced = true;
-            emit(Delta::Synced);
+            emit(Event::Synced);
         }
     }
 
-    fn apply_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+    fn apply_live(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }
@@ -379,26 +329,26 @@ impl Reflector {
             return 1;
         };
         match self.store.upsert(obj.clone()) {
-            None => emit(Delta::Add {
+            None => emit(Event::Add {
                 obj,
                 initial: false,
             }),
             Some(old) if old.uid() != obj.uid() => {
-                emit(Delta::Delete {
+                emit(Event::Delete {
                     obj: old,
                     final_state_unknown: true,
                 });
-                emit(Delta::Add {
+                emit(Event::Add {
                     obj,
                     initial: false,
                 });
             }
-            Some(old) => emit(Delta::Update { old, new: obj }),
+            Some(old) => emit(Event::Update { old, new: obj }),
         }
         0
     }
 
-    fn delete_live(&mut self, value: Value, emit: &mut impl FnMut(Delta)) -> usize {
+    fn delete_live(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }
@@ -416,7 +366,7 @@ impl Reflector {
         };
         // The event carries the final state; fall back to the last known one if it is unusable.
         let obj = self.admit(value).unwrap_or(stored);
-        emit(Delta::Delete {
+        emit(Event::Delete {
             obj,
             final_state_unknown: false,
         });
@@ -425,9 +375,9 @@ impl Reflector {
 }
 
 #[cfg(test)]
-#[path = "delta_tests.rs"]
+#[path = "reflector_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "delta_props.rs"]
+#[path = "reflector_props.rs"]
 mod props;

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::runtime::watcher::Event;
+use kube::runtime::watcher::Event as WatchEvent;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -78,7 +78,7 @@ fn pod(name: &str, uid: u64, rv: u64) -> Value {
 
 impl Server {
     /// Applies `change`, returning the watch events it causes.
-    fn apply(&mut self, change: &Change) -> Vec<Event<Value>> {
+    fn apply(&mut self, change: &Change) -> Vec<WatchEvent<Value>> {
         let name = |i: &usize| format!("p{i}");
         match change {
             Change::Create(i) | Change::Update(i) => {
@@ -91,12 +91,12 @@ impl Server {
                     }
                 };
                 self.objects.insert(name(i), (uid, self.rv));
-                vec![Event::Apply(pod(&name(i), uid, self.rv))]
+                vec![WatchEvent::Apply(pod(&name(i), uid, self.rv))]
             }
             Change::Delete(i) => match self.objects.remove(&name(i)) {
                 Some((uid, _)) => {
                     self.rv += 1;
-                    vec![Event::Delete(pod(&name(i), uid, self.rv))]
+                    vec![WatchEvent::Delete(pod(&name(i), uid, self.rv))]
                 }
                 None => vec![],
             },
@@ -105,17 +105,17 @@ impl Server {
                 self.uids += 1;
                 self.rv += 1;
                 self.objects.insert(name(i), (self.uids, self.rv));
-                events.push(Event::Apply(pod(&name(i), self.uids, self.rv)));
+                events.push(WatchEvent::Apply(pod(&name(i), self.uids, self.rv)));
                 events
             }
         }
     }
 
-    fn list(&self, reversed: bool) -> Vec<Event<Value>> {
-        let mut items: Vec<Event<Value>> = self
+    fn list(&self, reversed: bool) -> Vec<WatchEvent<Value>> {
+        let mut items: Vec<WatchEvent<Value>> = self
             .objects
             .iter()
-            .map(|(name, (uid, rv))| Event::InitApply(pod(name, *uid, *rv)))
+            .map(|(name, (uid, rv))| WatchEvent::InitApply(pod(name, *uid, *rv)))
             .collect();
         if reversed {
             items.reverse();
@@ -133,10 +133,10 @@ struct Handler {
 }
 
 impl Handler {
-    fn take(&mut self, delta: Delta) -> Result<(), String> {
+    fn take(&mut self, delta: Event) -> Result<(), String> {
         let id = |obj: &CachedObject| (obj.uid().to_owned(), obj.resource_version().to_owned());
         match delta {
-            Delta::Add { obj, .. } => {
+            Event::Add { obj, .. } => {
                 if self
                     .objects
                     .insert(obj.name().to_owned(), id(&obj))
@@ -145,7 +145,7 @@ impl Handler {
                     return Err(format!("add of {}, which the handler holds", obj.name()));
                 }
             }
-            Delta::Update { old, new } => {
+            Event::Update { old, new } => {
                 if old.resource_version() == new.resource_version() {
                     return Err(format!(
                         "update of {} with an unchanged resourceVersion",
@@ -165,7 +165,7 @@ impl Handler {
                 }
                 self.objects.insert(new.name().to_owned(), id(&new));
             }
-            Delta::Delete {
+            Event::Delete {
                 obj,
                 final_state_unknown,
             } => {
@@ -181,7 +181,7 @@ impl Handler {
                     self.tombstones.insert(obj.name().to_owned());
                 }
             }
-            Delta::Synced => {}
+            Event::Synced => {}
         }
         Ok(())
     }
@@ -194,7 +194,7 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let mut handler = Handler::default();
     let feed = |reflector: &mut Reflector,
                 handler: &mut Handler,
-                events: Vec<Event<Value>>|
+                events: Vec<WatchEvent<Value>>|
      -> Result<(), TestCaseError> {
         for event in events {
             let mut deltas = Vec::new();
@@ -208,11 +208,11 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     for change in &initial {
         server.apply(change);
     }
-    let mut list = vec![Event::Init];
+    let mut list = vec![WatchEvent::Init];
     list.extend(server.list(false));
-    list.push(Event::InitDone);
+    list.push(WatchEvent::InitDone);
     feed(&mut reflector, &mut handler, list)?;
-    let mut last: Option<Event<Value>> = None;
+    let mut last: Option<WatchEvent<Value>> = None;
     for step in steps {
         match step {
             Step::Live(change) => {
@@ -241,15 +241,15 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                     server.apply(change);
                 }
                 last = None;
-                let mut events = vec![Event::Init];
+                let mut events = vec![WatchEvent::Init];
                 if interrupted {
                     let partial = server.list(!reversed);
                     let half = partial.len() / 2;
                     events.extend(partial.into_iter().take(half));
-                    events.push(Event::Init);
+                    events.push(WatchEvent::Init);
                 }
                 events.extend(server.list(reversed));
-                events.push(Event::InitDone);
+                events.push(WatchEvent::InitDone);
                 handler.tombstones.clear();
                 feed(&mut reflector, &mut handler, events)?;
                 let vanished: BTreeSet<String> = before

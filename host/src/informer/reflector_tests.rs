@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use kube::runtime::watcher::Event;
+use kube::runtime::watcher::Event as WatchEvent;
 use serde_json::json;
 
 use super::*;
@@ -43,7 +43,7 @@ fn store() -> Arc<Store> {
 
 /// Applies `events` and renders the deltas: `add a@1 initial`, `update a 1->2`,
 /// `delete b@1 unknown`, `synced`.
-fn run(reflector: &mut Reflector, events: Vec<Event<DynamicObject>>) -> Vec<String> {
+fn run(reflector: &mut Reflector, events: Vec<WatchEvent<DynamicObject>>) -> Vec<String> {
     let mut out = Vec::new();
     for event in events {
         let event = map_event(event, |obj| dynamic_value(obj, &pods()));
@@ -52,9 +52,9 @@ fn run(reflector: &mut Reflector, events: Vec<Event<DynamicObject>>) -> Vec<Stri
     out
 }
 
-fn render(delta: &Delta) -> String {
+fn render(delta: &Event) -> String {
     match delta {
-        Delta::Add { obj, initial } => {
+        Event::Add { obj, initial } => {
             format!(
                 "add {}@{}{}",
                 obj.name(),
@@ -62,13 +62,13 @@ fn render(delta: &Delta) -> String {
                 if *initial { " initial" } else { "" }
             )
         }
-        Delta::Update { old, new } => format!(
+        Event::Update { old, new } => format!(
             "update {} {}->{}",
             new.name(),
             old.resource_version(),
             new.resource_version()
         ),
-        Delta::Delete {
+        Event::Delete {
             obj,
             final_state_unknown,
         } => {
@@ -79,7 +79,7 @@ fn render(delta: &Delta) -> String {
                 if *final_state_unknown { " unknown" } else { "" }
             )
         }
-        Delta::Synced => "synced".into(),
+        Event::Synced => "synced".into(),
     }
 }
 
@@ -91,13 +91,13 @@ fn names(objs: Vec<Arc<CachedObject>>) -> Vec<String> {
 
 fn synced(objects: &[(&str, &str)]) -> Reflector {
     let mut reflector = Reflector::new(store());
-    let mut events = vec![Event::Init];
+    let mut events = vec![WatchEvent::Init];
     events.extend(
         objects
             .iter()
-            .map(|(name, rv)| Event::InitApply(pod(name, rv, "n1"))),
+            .map(|(name, rv)| WatchEvent::InitApply(pod(name, rv, "n1"))),
     );
-    events.push(Event::InitDone);
+    events.push(WatchEvent::InitDone);
     run(&mut reflector, events);
     reflector
 }
@@ -108,9 +108,9 @@ fn first_list_is_initial_then_live_adds_updates_deletes() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")),
-            Event::InitApply(pod("b", "1", "n1")),
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitApply(pod("b", "1", "n1")),
         ],
     );
     assert!(
@@ -119,7 +119,7 @@ fn first_list_is_initial_then_live_adds_updates_deletes() {
     );
     assert!(r.store().is_empty());
     assert_eq!(
-        run(&mut r, vec![Event::InitDone]),
+        run(&mut r, vec![WatchEvent::InitDone]),
         ["add a@1 initial", "add b@1 initial", "synced"]
     );
     assert!(r.is_synced());
@@ -127,9 +127,9 @@ fn first_list_is_initial_then_live_adds_updates_deletes() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Apply(pod("c", "2", "n1")),
-            Event::Apply(pod("a", "3", "n2")),
-            Event::Delete(pod("b", "4", "n1")),
+            WatchEvent::Apply(pod("c", "2", "n1")),
+            WatchEvent::Apply(pod("a", "3", "n2")),
+            WatchEvent::Delete(pod("b", "4", "n1")),
         ],
     );
     assert_eq!(deltas, ["add c@2", "update a 1->3", "delete b@4"]);
@@ -144,13 +144,13 @@ fn apply_with_the_stored_resource_version_is_a_no_op() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Apply(pod("a", "1", "n1")),
-            Event::Apply(pod("b", "5", "n1")),
-            Event::Apply(pod("b", "5", "n1")),
+            WatchEvent::Apply(pod("a", "1", "n1")),
+            WatchEvent::Apply(pod("b", "5", "n1")),
+            WatchEvent::Apply(pod("b", "5", "n1")),
         ],
     );
     assert_eq!(deltas, ["add b@5"]);
-    let deltas = run(&mut r, vec![Event::Delete(pod("zz", "6", "n1"))]);
+    let deltas = run(&mut r, vec![WatchEvent::Delete(pod("zz", "6", "n1"))]);
     assert!(
         deltas.is_empty(),
         "delete of an object never seen: {deltas:?}"
@@ -163,12 +163,12 @@ fn relist_delivers_tombstones_first_then_changes_and_skips_unchanged() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")), // unchanged
-            Event::InitApply(pod("d", "7", "n1")), // created during the gap
-            Event::InitApply(pod("c", "8", "n1")), // changed during the gap
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")), // unchanged
+            WatchEvent::InitApply(pod("d", "7", "n1")), // created during the gap
+            WatchEvent::InitApply(pod("c", "8", "n1")), // changed during the gap
             // b was deleted during the gap
-            Event::InitDone,
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(deltas, ["delete b@1 unknown", "add d@7", "update c 1->8"]);
@@ -188,10 +188,10 @@ fn relist_keeps_unchanged_objects_shared_and_buffers_only_changes() {
     let before = r.store().get("default", "p000").unwrap();
     let steady: usize = r.store().snapshot().iter().map(|o| o.heap_size()).sum();
 
-    run(&mut r, vec![Event::Init]);
+    run(&mut r, vec![WatchEvent::Init]);
     for (i, (name, _)) in objects.iter().enumerate() {
         let rv = if i % 10 == 0 { "2" } else { "1" };
-        run(&mut r, vec![Event::InitApply(pod(name, rv, "n1"))]);
+        run(&mut r, vec![WatchEvent::InitApply(pod(name, rv, "n1"))]);
     }
     let relist = r.relist.as_ref().unwrap();
     assert_eq!(
@@ -210,7 +210,7 @@ fn relist_keeps_unchanged_objects_shared_and_buffers_only_changes() {
         "relist buffer {buffered} B vs store {steady} B: peak must stay under 1.5x"
     );
 
-    let deltas = run(&mut r, vec![Event::InitDone]);
+    let deltas = run(&mut r, vec![WatchEvent::InitDone]);
     assert_eq!(deltas.len(), 20);
     assert_eq!(
         r.store().get("default", "p000").unwrap().resource_version(),
@@ -231,9 +231,9 @@ fn unchanged_objects_keep_their_cached_instance_across_a_relist() {
         run(
             &mut r,
             vec![
-                Event::Init,
-                Event::InitApply(pod("a", "1", "n1")),
-                Event::InitDone
+                WatchEvent::Init,
+                WatchEvent::InitApply(pod("a", "1", "n1")),
+                WatchEvent::InitDone
             ]
         )
         .is_empty()
@@ -250,30 +250,33 @@ fn synced_is_delivered_once_and_only_the_first_list_is_initial() {
     let first = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(first, ["add a@1 initial", "synced"]);
     let second = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")),
-            Event::InitApply(pod("b", "2", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitApply(pod("b", "2", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(second, ["add b@2"]);
-    let third = run(&mut r, vec![Event::Init, Event::InitDone]);
+    let third = run(&mut r, vec![WatchEvent::Init, WatchEvent::InitDone]);
     assert_eq!(third, ["delete a@1 unknown", "delete b@2 unknown"]);
 }
 
 #[test]
 fn an_empty_first_list_still_syncs() {
     let mut r = Reflector::new(store());
-    assert_eq!(run(&mut r, vec![Event::Init, Event::InitDone]), ["synced"]);
+    assert_eq!(
+        run(&mut r, vec![WatchEvent::Init, WatchEvent::InitDone]),
+        ["synced"]
+    );
 }
 
 #[test]
@@ -283,12 +286,12 @@ fn an_interrupted_list_leaves_no_trace() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")),
-            Event::InitApply(pod("b", "1", "n1")),
-            Event::Init,
-            Event::InitApply(pod("a", "2", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitApply(pod("b", "1", "n1")),
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "2", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(deltas, ["add a@2 initial", "synced"]);
@@ -298,11 +301,11 @@ fn an_interrupted_list_leaves_no_trace() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("c", "3", "n1")),
-            Event::Init,
-            Event::InitApply(pod("a", "2", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("c", "3", "n1")),
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "2", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     assert!(deltas.is_empty(), "{deltas:?}");
@@ -314,15 +317,15 @@ fn a_recreated_object_is_a_tombstone_and_an_add_not_an_update() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod_uid("a", "5", "n1", "uid-new")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod_uid("a", "5", "n1", "uid-new")),
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(deltas, ["delete a@1 unknown", "add a@5"]);
     let deltas = run(
         &mut r,
-        vec![Event::Apply(pod_uid("a", "6", "n1", "uid-newer"))],
+        vec![WatchEvent::Apply(pod_uid("a", "6", "n1", "uid-newer"))],
     );
     assert_eq!(deltas, ["delete a@5 unknown", "add a@6"]);
     assert_eq!(r.store().get("default", "a").unwrap().uid(), "uid-newer");
@@ -334,22 +337,22 @@ fn indexes_are_right_after_a_relist() {
     run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "1", "n1")),
-            Event::InitApply(pod("b", "1", "n1")),
-            Event::InitApply(pod("c", "1", "n2")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitApply(pod("b", "1", "n1")),
+            WatchEvent::InitApply(pod("c", "1", "n2")),
+            WatchEvent::InitDone,
         ],
     );
     // During the gap: a moved to n2, b was deleted, d was created on n1.
     run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(pod("a", "2", "n2")),
-            Event::InitApply(pod("c", "1", "n2")),
-            Event::InitApply(pod("d", "3", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(pod("a", "2", "n2")),
+            WatchEvent::InitApply(pod("c", "1", "n2")),
+            WatchEvent::InitApply(pod("d", "3", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     let store = r.store();
@@ -367,21 +370,21 @@ fn store_is_updated_before_each_delta_is_emitted() {
     let store = r.store().clone();
     let mut checked = 0;
     let events = [
-        Event::Apply(pod("a", "2", "n1")),
-        Event::Delete(pod("b", "3", "n1")),
-        Event::Init,
-        Event::InitDone,
+        WatchEvent::Apply(pod("a", "2", "n1")),
+        WatchEvent::Delete(pod("b", "3", "n1")),
+        WatchEvent::Init,
+        WatchEvent::InitDone,
     ];
     for event in events {
         let event = map_event(event, |obj| dynamic_value(obj, &pods()));
         r.apply(event, &mut |delta| {
             checked += 1;
             match &delta {
-                Delta::Update { new, .. } => assert_eq!(
+                Event::Update { new, .. } => assert_eq!(
                     store.get("default", new.name()).unwrap().resource_version(),
                     new.resource_version()
                 ),
-                Delta::Delete { obj, .. } => assert!(store.get("default", obj.name()).is_none()),
+                Event::Delete { obj, .. } => assert!(store.get("default", obj.name()).is_none()),
                 other => panic!("unexpected {other:?}"),
             }
         });
@@ -393,7 +396,7 @@ fn store_is_updated_before_each_delta_is_emitted() {
 fn rejected_objects_are_counted_not_stored() {
     let mut r = synced(&[]);
     let nameless =
-        Event::Apply(json!({"metadata": {"namespace": "default", "resourceVersion": "1"}}));
+        WatchEvent::Apply(json!({"metadata": {"namespace": "default", "resourceVersion": "1"}}));
     assert_eq!(
         r.apply(nameless, &mut |d| panic!("no delta expected, got {d:?}")),
         1
@@ -406,7 +409,7 @@ fn replacing_the_store_keeps_content_and_adds_indexes() {
     let mut r = synced(&[("a", "1")]);
     run(
         &mut r,
-        vec![Event::Init, Event::InitApply(pod("b", "2", "n3"))],
+        vec![WatchEvent::Init, WatchEvent::InitApply(pod("b", "2", "n3"))],
     );
     let by_ns = IndexSpec {
         name: "by-node".into(),
@@ -428,7 +431,10 @@ fn replacing_the_store_keeps_content_and_adds_indexes() {
     // The relist buffered before the swap completes into the new store, indexed.
     run(
         &mut r,
-        vec![Event::InitApply(pod("a", "1", "n1")), Event::InitDone],
+        vec![
+            WatchEvent::InitApply(pod("a", "1", "n1")),
+            WatchEvent::InitDone,
+        ],
     );
     assert_eq!(names(r.store().by_index("by-node", "n3").unwrap()), ["b@2"]);
     assert_eq!(
@@ -444,10 +450,10 @@ fn objects_of_another_kind_are_refused_listed_watched_or_deleted() {
     let mut deltas = Vec::new();
     let mut rejected = 0;
     let listed = [
-        Event::Init,
-        Event::InitApply(config_map("cm", "1")),
-        Event::InitApply(dynamic_value(pod("a", "1", "n1"), &pods())),
-        Event::InitDone,
+        WatchEvent::Init,
+        WatchEvent::InitApply(config_map("cm", "1")),
+        WatchEvent::InitApply(dynamic_value(pod("a", "1", "n1"), &pods())),
+        WatchEvent::InitDone,
     ];
     for event in listed {
         rejected += r.apply(event, &mut |d| deltas.push(render(&d)));
@@ -459,9 +465,9 @@ fn objects_of_another_kind_are_refused_listed_watched_or_deleted() {
     let mut other_pod = dynamic_value(pod("b", "2", "n1"), &pods());
     other_pod["apiVersion"] = json!("v2");
     for event in [
-        Event::Apply(config_map("cm", "2")),
-        Event::Apply(other_pod),
-        Event::Delete(config_map("a", "3")),
+        WatchEvent::Apply(config_map("cm", "2")),
+        WatchEvent::Apply(other_pod),
+        WatchEvent::Delete(config_map("a", "3")),
     ] {
         assert_eq!(
             r.apply(event, &mut |d| panic!("no delta expected, got {d:?}")),
@@ -486,18 +492,18 @@ fn objects_over_the_size_bound_are_refused_listed_or_watched() {
     let deltas = run(
         &mut r,
         vec![
-            Event::Init,
-            Event::InitApply(big("a", "1")),
-            Event::InitApply(pod("b", "1", "n1")),
-            Event::InitDone,
+            WatchEvent::Init,
+            WatchEvent::InitApply(big("a", "1")),
+            WatchEvent::InitApply(pod("b", "1", "n1")),
+            WatchEvent::InitDone,
         ],
     );
     assert_eq!(deltas, ["add b@1 initial", "synced"]);
     let deltas = run(
         &mut r,
         vec![
-            Event::Apply(big("b", "2")),
-            Event::Apply(pod("c", "3", "n1")),
+            WatchEvent::Apply(big("b", "2")),
+            WatchEvent::Apply(pod("c", "3", "n1")),
         ],
     );
     assert_eq!(deltas, ["add c@3"], "the stored b stays as it was");
