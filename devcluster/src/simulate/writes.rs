@@ -83,7 +83,7 @@ pub(super) fn update(
 }
 
 pub(super) fn delete(store: &Store, key: ObjectKey) -> Result<Option<Operation>> {
-    match store.delete_at_once(&key, &Preconditions::default()) {
+    match store.delete(&key, &Preconditions::default()) {
         Ok(store::Deletion::Deleted(object) | store::Deletion::Finalizing(object)) => {
             Ok(Some(operation("delete", &object, key.resource)))
         }

@@ -434,14 +434,18 @@ impl Store {
         })
     }
 
-    /// Deletes an object, or marks it for deletion when it has finalizers. Deleting a namespace
-    /// deletes everything in it; deleting a CRD deletes its objects and stops serving the type.
+    /// Deletes an object, or marks it for deletion when it has finalizers; a Pod goes in one
+    /// write, as when its kubelet has confirmed the termination (the store-level delete tests
+    /// and the workload simulator use). Deleting a namespace only marks it `Terminating`;
+    /// deleting a CRD deletes its objects and stops serving the type.
     pub fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
-        self.delete_propagating(key, preconditions, Propagation::Background)
+        self.mutate(|state| state.delete(key, preconditions, Propagation::Background, false))
     }
 
-    /// [`Store::delete`] with a propagation policy: `Foreground` and `Orphan` add their finalizer,
-    /// so the object stays (with a `deletionTimestamp`) until the garbage collector is done.
+    /// The API server's delete (HTTP clients and the controllers): [`Store::delete`] with a
+    /// propagation policy (`Foreground` and `Orphan` add their finalizer, so the object stays with
+    /// a `deletionTimestamp` until the garbage collector is done), and a Pod's graceful step: the
+    /// Pod is first marked (`deletionTimestamp`, grace period 0), then removed.
     pub fn delete_propagating(
         &self,
         key: &ObjectKey,
@@ -449,16 +453,6 @@ impl Store {
         propagation: Propagation,
     ) -> Result<Deletion> {
         self.mutate(|state| state.delete(key, preconditions, propagation, true))
-    }
-
-    /// Deletes an object without a Pod's graceful step (one write, as when its kubelet has
-    /// already confirmed the termination): the workload simulator's deletes.
-    pub fn delete_at_once(
-        &self,
-        key: &ObjectKey,
-        preconditions: &Preconditions,
-    ) -> Result<Deletion> {
-        self.mutate(|state| state.delete(key, preconditions, Propagation::Background, false))
     }
 }
 
