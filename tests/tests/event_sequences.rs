@@ -186,7 +186,6 @@ async fn record_flows(
     let recorded = Recorded::default();
     let runtime = start_recorder(client.clone(), &seq, &recorded).await;
     let post = PostParams::default();
-    let merge = |v: Value| Patch::Merge(v);
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), ns);
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
@@ -202,10 +201,13 @@ async fn record_flows(
         json!({"metadata": {"labels": {"tier": "front"}}}),
         json!({"metadata": {"annotations": {"note": "hello"}}}),
     ] {
-        deployments.patch("web", &pp, &merge(patch)).await.unwrap();
+        deployments
+            .patch("web", &pp, &Patch::Merge(patch))
+            .await
+            .unwrap();
     }
     deployments
-        .patch_scale("web", &pp, &merge(json!({"spec": {"replicas": 3}})))
+        .patch_scale("web", &pp, &Patch::Merge(json!({"spec": {"replicas": 3}})))
         .await
         .unwrap();
     let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}});
@@ -246,7 +248,7 @@ async fn record_flows(
         .patch(
             "owner-foreground",
             &pp,
-            &merge(json!({"metadata": {"finalizers": null}})),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
         )
         .await
         .unwrap();
@@ -255,7 +257,7 @@ async fn record_flows(
     pods.create(&post, &pod(&seq, "runner")).await.unwrap();
     let status = json!({"status": {"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-    pods.patch_status("runner", &pp, &merge(status))
+    pods.patch_status("runner", &pp, &Patch::Merge(status))
         .await
         .unwrap();
     pods.delete("runner", &DeleteParams::default())
