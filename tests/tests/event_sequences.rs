@@ -34,7 +34,7 @@ const IGNORED: &[&str] = &["metadata.resourceVersion", "metadata.managedFields"]
 /// The leaf paths where `old` and `new` differ (`metadata.labels.tier`, `spec.replicas`); lists
 /// of different lengths are one change, lists of the same length compare per item.
 fn changed(old: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
-    if IGNORED.iter().any(|i| path == *i) {
+    if IGNORED.contains(&path) {
         return;
     }
     let join = |key: &str| {
