@@ -13,10 +13,10 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    control, discovery,
+    control, convert, discovery,
     faults::Faults,
     list::{self, ListOptions},
-    openapi,
+    openapi, ownership,
     patch::Patch,
     protobuf,
     request_log::{RequestLog, RequestRecord, Verb},
@@ -162,6 +162,68 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         },
     };
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The field manager of a write, as the API server names it: `fieldManager`, or the client's
+/// user agent up to its first `/`.
+fn manager_of(parts: &Parts, query: &Query, api_version: &str, part: Part) -> ownership::Manager {
+    let name = match query.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(manager) => manager.to_owned(),
+        None => parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|agent| agent.split('/').next())
+            .filter(|m| !m.is_empty())
+            .unwrap_or("unknown")
+            .chars()
+            .take(128)
+            .collect(),
+    };
+    ownership::Manager {
+        name,
+        api_version: api_version.to_owned(),
+        subresource: (part == Part::Status).then(|| "status".to_owned()),
+    }
+}
+
+type SchemaDocument = Option<(Value, std::borrow::Cow<'static, Value>)>;
+
+/// The OpenAPI schema of the stored objects of `ty`, for field ownership and apply merges.
+fn schema_document(
+    store: &Store,
+    ty: &ResourceType,
+    version: &str,
+) -> Result<SchemaDocument, ApiStatus> {
+    let crds = if ty.id.group.contains('.') && !ty.id.group.ends_with(".k8s.io") {
+        crds(store)?
+    } else {
+        Vec::new()
+    };
+    Ok(openapi::schema_of(&store.registry(), &crds, ty, version))
+}
+
+fn schema(document: &SchemaDocument) -> ownership::Schema<'_> {
+    const NONE: &Value = &Value::Null;
+    match document {
+        Some((root, schemas)) => ownership::Schema {
+            root,
+            schemas: schemas.as_ref(),
+        },
+        None => ownership::Schema {
+            root: NONE,
+            schemas: NONE,
+        },
+    }
+}
+
+/// A served type by id.
+fn registry_get(store: &Store, id: &ResourceId) -> Result<Arc<ResourceType>, ApiStatus> {
+    store
+        .registry()
+        .get(id)
+        .cloned()
+        .ok_or_else(ApiStatus::unknown_path)
 }
 
 /// Every CRD, for the OpenAPI documents of the types they define.
@@ -430,7 +492,16 @@ async fn resource(
     let api_version = ty.api_version(&path.version);
     let view = view_of(&parts.headers, query);
     let namespace = path.namespace.as_deref();
-    let key = |name: &str| ObjectKey::new(ty.id.clone(), namespace, name);
+    let key = |name: &str| ObjectKey::new(ty.storage().clone(), namespace, name);
+    // The type whose schema describes the stored objects (SSA merges into them).
+    let (schema_ty, schema_version) = match &ty.stored_as {
+        Some(id) => {
+            let stored = registry_get(&app.store, id)?;
+            let version = stored.preferred_version().to_owned();
+            (stored, version)
+        }
+        None => (ty.clone(), path.version.clone()),
+    };
     let respond = |code: StatusCode, object: &Arc<Value>| {
         Ok(object_response(code, &ty, &api_version, object, view))
     };
@@ -459,15 +530,26 @@ async fn resource(
             respond(StatusCode::OK, &object)
         }
         (Verb::Create, None) => {
-            let object = parse_object(parts, &read_body(body).await?)?;
+            let mut object = parse_object(parts, &read_body(body).await?)?;
             let warnings = validate_fields(store, &ty, &path.version, query, &object)?;
-            let created = store.create(&ty.id, namespace, object)?;
+            let manager = manager_of(parts, query, &api_version, part);
+            let document = schema_document(store, &schema_ty, &schema_version)?;
+            ownership::record_update(schema(&document), &manager, None, &mut object);
+            let object = convert::to_storage(&ty, object);
+            let created = store.create(ty.storage(), namespace, object)?;
             respond(StatusCode::CREATED, &created).map(|r| with_warnings(r, &warnings))
         }
         (Verb::Update, Some(name)) => {
             let object = parse_object(parts, &read_body(body).await?)?;
             let warnings = validate_fields(store, &ty, &path.version, query, &object)?;
-            let updated = store.replace(&key(name), object, part)?;
+            let object = convert::to_storage(&ty, object);
+            let manager = manager_of(parts, query, &api_version, part);
+            let document = schema_document(store, &schema_ty, &schema_version)?;
+            let updated = store.update_with(&key(name), part, |current| {
+                let mut object = object;
+                ownership::record_update(schema(&document), &manager, Some(current), &mut object);
+                Ok(object)
+            })?;
             respond(StatusCode::OK, &updated).map(|r| with_warnings(r, &warnings))
         }
         (Verb::Patch, Some(name)) => {
@@ -479,21 +561,63 @@ async fn resource(
                 }
                 _ => Vec::new(),
             };
+            let patch = match patch {
+                Patch::Apply(body) => Patch::Apply(convert::to_storage(&ty, body)),
+                Patch::Merge(body) => Patch::Merge(convert::to_storage(&ty, body)),
+                Patch::Strategic(body) => Patch::Strategic(convert::to_storage(&ty, body)),
+                other => other,
+            };
+            let manager = manager_of(parts, query, &api_version, part);
+            let document = schema_document(store, &schema_ty, &schema_version)?;
+            let schema = schema(&document);
             let existing = store.get(&key(name)).ok();
             let existed = existing.is_some();
-            let patched = match (&patch, existing) {
-                // Server-side apply merges lists by their schema's keys.
-                (Patch::Apply(applied), Some(live)) if part == Part::Main => {
-                    match openapi::schema_of(&store.registry(), &crds(store)?, &ty, &path.version) {
-                        Some((schema, schemas)) => {
-                            let mut merged = Value::clone(&live);
-                            openapi::apply_merge(&schema, &schemas, &mut merged, applied);
-                            store.replace(&key(name), merged, part)?
+            let patched = match &patch {
+                Patch::Apply(applied) => {
+                    if query.get("fieldManager").is_none_or(str::is_empty) {
+                        return Err(ApiStatus::invalid_options(
+                            "PatchOptions",
+                            "fieldManager",
+                            "Required value: is required for apply patch",
+                        ));
+                    }
+                    let force = query.flag("force") == Some(true);
+                    // Server-side apply merges lists by their schema's keys.
+                    let merge = |target: &mut Value, applied: &Value| match &document {
+                        Some((root, schemas)) => {
+                            openapi::apply_merge(root, schemas, target, applied);
                         }
-                        None => store.patch(&key(name), &patch, part)?,
+                        None => {
+                            if let Ok(merged) = Patch::Apply(applied.clone()).apply_to(target) {
+                                *target = merged;
+                            }
+                        }
+                    };
+                    let conflict = crate::store::Error::ApplyConflict;
+                    if existed {
+                        store.update_with(&key(name), part, |current| {
+                            ownership::apply(schema, &manager, Some(current), applied, force, merge)
+                                .map_err(conflict)
+                        })?
+                    } else if part == Part::Main {
+                        let mut object =
+                            ownership::apply(schema, &manager, None, applied, force, merge)
+                                .map_err(conflict)?;
+                        if let Some(meta) = object["metadata"].as_object_mut() {
+                            meta.insert("name".into(), json!(name));
+                        }
+                        store.create(ty.storage(), namespace, object)?
+                    } else {
+                        store.get(&key(name))?
                     }
                 }
-                _ => store.patch(&key(name), &patch, part)?,
+                other => store.update_with(&key(name), part, |current| {
+                    let mut object = other
+                        .apply_to(current)
+                        .map_err(|e| crate::store::Error::Patch(Arc::new(e)))?;
+                    ownership::record_update(schema, &manager, Some(current), &mut object);
+                    Ok(object)
+                })?,
             };
             let code = if existed {
                 StatusCode::OK
@@ -516,12 +640,12 @@ async fn resource(
             let (preconditions, propagation) =
                 delete_options(parts, query, &read_body(body).await?)?;
             let options = ListOptions::parse(query, &ty, namespace, None, false)?;
-            let (objects, _) = store.list(&ty.id, namespace)?;
+            let (objects, _) = store.list(ty.storage(), namespace)?;
             let mut deleted = Vec::new();
             for object in objects.iter().filter(|o| options.selection.matches(o)) {
                 let name = object["metadata"]["name"].as_str().unwrap_or("");
                 let namespace = object["metadata"]["namespace"].as_str();
-                let key = ObjectKey::new(ty.id.clone(), namespace, name);
+                let key = ObjectKey::new(ty.storage().clone(), namespace, name);
                 match store.delete_propagating(&key, &preconditions, propagation) {
                     Ok(Deletion::Deleted(o) | Deletion::Finalizing(o)) => {
                         deleted.push(view::versioned(&o, &api_version).into_owned())

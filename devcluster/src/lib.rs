@@ -19,12 +19,14 @@
 mod cluster;
 mod control;
 pub mod controllers;
+mod convert;
 pub mod discovery;
 pub mod faults;
 mod handlers;
 pub mod kubeconfig;
 mod list;
 pub mod openapi;
+pub mod ownership;
 pub mod patch;
 pub mod protobuf;
 pub mod request_log;

@@ -263,7 +263,7 @@ pub(crate) async fn serve(
         }
     };
     let request = PageRequest {
-        resource: &ty.id,
+        resource: ty.storage(),
         namespace: options.selection.namespace.as_deref(),
         at,
         after: after.as_ref(),

@@ -59,6 +59,8 @@ impl fmt::Display for ResourceId {
 
 pub(crate) const CRD_GROUP: &str = "apiextensions.k8s.io";
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// The group of the new Events API, whose Events are core Events converted.
+pub(crate) const EVENTS_GROUP: &str = "events.k8s.io";
 /// The group of the access reviews, which are answered rather than stored.
 pub(crate) const REVIEW_GROUP: &str = "authorization.k8s.io";
 
@@ -88,6 +90,9 @@ pub struct ResourceType {
     /// Objects are not stored: the only verb is `create`, which answers with the evaluated
     /// object (`SelfSubjectAccessReview`, `SelfSubjectRulesReview`).
     pub create_only: bool,
+    /// Objects are stored as those of another resource and converted on the way in and out
+    /// (`events.k8s.io/v1` Events are core `v1` Events, as on the API server).
+    pub stored_as: Option<ResourceId>,
 }
 
 impl ResourceType {
@@ -113,6 +118,11 @@ impl ResourceType {
     /// `PodList` for `Pod`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
+    }
+
+    /// The resource its objects are stored under (itself unless [`ResourceType::stored_as`]).
+    pub fn storage(&self) -> &ResourceId {
+        self.stored_as.as_ref().unwrap_or(&self.id)
     }
 
     /// Whether `field` may be used in a field selector on this type.
@@ -331,6 +341,16 @@ const BUILTINS: &[Builtin] = &[
         false,
         &[],
     ),
+    (
+        EVENTS_GROUP,
+        "v1",
+        "events",
+        "Event",
+        true,
+        &["ev"],
+        false,
+        &[],
+    ),
     (RBAC_GROUP, "v1", "roles", "Role", true, &[], false, &[]),
     (
         RBAC_GROUP,
@@ -426,6 +446,7 @@ impl Registry {
                 scale_subresource: group == "apps" && SCALABLE.contains(&plural),
                 field_labels: fields.iter().map(|s| s.to_string()).collect(),
                 create_only: group == REVIEW_GROUP,
+                stored_as: (group == EVENTS_GROUP).then(|| ResourceId::core("events")),
             });
         }
         registry

@@ -171,6 +171,10 @@ impl From<store::Error> for ApiStatus {
                     format!("Operation cannot be fulfilled on {resource} {name:?}: {reason}"),
                 )
             },
+            E::ApplyConflict(conflicts) => Self {
+                details: Some(json!({"causes": conflicts.causes()})),
+                ..Self::new(409, "Conflict", message)
+            },
             E::Invalid { kind, name, causes } => {
                 let listed: Vec<String> = causes.iter().map(ToString::to_string).collect();
                 let summary = if listed.len() == 1 {

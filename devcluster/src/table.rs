@@ -321,7 +321,13 @@ fn columns(ty: &ResourceType, object: &Value) -> Vec<(Column, u8, Value)> {
         description: "",
     };
     if ty.id.group.is_empty() && ty.id.resource == "events" {
-        let last = text(object, "/lastTimestamp");
+        // As the API server's printer: the last timestamp, else the series' last observation,
+        // else the event time (what events.k8s.io recorders set).
+        let last = ["/lastTimestamp", "/series/lastObservedTime", "/eventTime"]
+            .iter()
+            .map(|p| text(object, p))
+            .find(|t| !t.is_empty())
+            .unwrap_or_default();
         let last_seen = last
             .parse::<jiff::Timestamp>()
             .ok()

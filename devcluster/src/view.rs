@@ -121,9 +121,12 @@ struct ListBody<'a> {
     items: Vec<Cow<'a, Value>>,
 }
 
-/// The object as served at `api_version` (custom resources may be stored at another version).
+/// The object as served at `api_version` (custom resources may be stored at another version;
+/// `events.k8s.io` Events are stored as core Events).
 pub(crate) fn versioned<'a>(object: &'a Arc<Value>, api_version: &str) -> Cow<'a, Value> {
-    if object["apiVersion"].as_str() == Some(api_version) {
+    if let Some(converted) = crate::convert::served(object, api_version) {
+        Cow::Owned(converted)
+    } else if object["apiVersion"].as_str() == Some(api_version) {
         Cow::Borrowed(&**object)
     } else {
         let mut copy = Value::clone(object);

@@ -107,7 +107,7 @@ pub(crate) async fn serve(setup: WatchSetup) -> Result<Response, ApiStatus> {
     let (initial, cursor) = match start {
         Start::Snapshot { .. } => {
             let request = PageRequest {
-                resource: &setup.ty.id,
+                resource: setup.ty.storage(),
                 namespace: selection.namespace.as_deref(),
                 at: None,
                 after: None,
@@ -239,7 +239,7 @@ impl WatchStream {
             match self
                 .setup
                 .store
-                .events_after(&self.setup.ty.id, self.cursor, BATCH)
+                .events_after(self.setup.ty.storage(), self.cursor, BATCH)
             {
                 Err(crate::store::Error::Expired(expired)) => {
                     self.done = true;
@@ -276,7 +276,7 @@ impl WatchStream {
             if self.cursor != before {
                 continue;
             }
-            if !self.setup.store.serves(&self.setup.ty.id) {
+            if !self.setup.store.serves(self.setup.ty.storage()) {
                 // The CRD was deleted: its watches end, as on the real server.
                 self.done = true;
                 return None;

@@ -2,7 +2,8 @@
 //! author meets: fake Nodes, Deployment → ReplicaSet → Pods (rolling updates, status and
 //! conditions that `kubectl rollout status` reads), a scheduler binding Pods to the fake Nodes, a
 //! fake kubelet moving them to Running/Ready (and Job pods to Succeeded) after a delay, Jobs, and
-//! the garbage collector (background, foreground and orphan propagation).
+//! the garbage collector (background, foreground and orphan propagation), and the namespace
+//! controller (a deleted namespace stays `Terminating` until it is empty).
 //!
 //! They act through the [`Store`]'s write API, never over HTTP, and level-triggered: every store
 //! change (and every kubelet deadline) runs one pass of all controllers over the current state;
@@ -11,6 +12,7 @@
 
 mod gc;
 mod kubelet;
+mod namespace;
 mod object;
 mod scheduler;
 mod workloads;
@@ -181,6 +183,7 @@ impl Snapshot {
 /// One pass of every controller; returns when the next pass is due without a store change.
 fn pass(store: &Store, config: &ControllerConfig, state: &mut State) -> Result<Option<Instant>> {
     gc::sync(store)?;
+    namespace::sync(store)?;
     let snapshot = Snapshot::read(store)?;
     workloads::sync_deployments(store, &snapshot)?;
     workloads::sync_replicasets(store, &snapshot)?;

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     resources::ResourceId,
-    store::{Part, Preconditions, Result, Store},
+    store::{Part, Preconditions, Propagation, Result, Store},
 };
 
 const REVISION: &str = "deployment.kubernetes.io/revision";
@@ -370,9 +370,11 @@ pub(super) fn sync_replicasets(store: &Store, snapshot: &Snapshot) -> Result<()>
                 )
             });
             for pod in pods.iter().take((count - desired) as usize) {
-                let deleted = tolerate(
-                    store.delete(&key_of(&pods_resource, pod), &Preconditions::default()),
-                )?;
+                let deleted = tolerate(store.delete_propagating(
+                    &key_of(&pods_resource, pod),
+                    &Preconditions::default(),
+                    Propagation::Background,
+                ))?;
                 if deleted.is_some() {
                     record_event(
                         store,

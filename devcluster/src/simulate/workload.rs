@@ -32,6 +32,9 @@ struct Deployment {
     pods: Vec<Pod>,
 }
 
+/// The `team` labels of the simulated namespaces, in turn.
+const TEAMS: &[&str] = &["payments", "checkout", "search"];
+
 /// Deployment `(namespace, name)`.
 type DeploymentKey = (String, String);
 
@@ -110,7 +113,10 @@ impl Workload {
         if self.namespaces_created < self.namespaces {
             let name = format!("sim-{}", self.namespaces_created);
             self.namespaces_created += 1;
-            let namespace = json!({"metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}}});
+            // A `team` label per namespace, for plugins that read namespace labels
+            // (examples/label-sync).
+            let team = TEAMS[(self.namespaces_created - 1) % TEAMS.len()];
+            let namespace = json!({"metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, "team": team}}});
             return create(store, ResourceId::namespaces(), namespace);
         }
         let lifecycle = !self.queue.is_empty() && (self.queue.len() > 16 || self.rng.chance(0.7));
@@ -222,6 +228,22 @@ impl Workload {
             let pods = self.deployment(&key).expect("picked").pods.len();
             self.rng.below(pods as u64) as usize
         };
+        // Half the time a running Pod's container restarts in place (its `restartCount` grows,
+        // as a kubelet reports a crash); otherwise the Pod is replaced.
+        let (running, name) = {
+            let pod = &self.deployment(&key).expect("picked").pods[index];
+            (pod.running, pod.name.clone())
+        };
+        if running && self.rng.chance(0.5) {
+            return update(store, key_for_pod(&key, &name), Part::Status, |p| {
+                let container = &mut p["status"]["containerStatuses"][0];
+                let count = container["restartCount"].as_u64().unwrap_or(0) + 1;
+                container["restartCount"] = json!(count);
+                container["lastState"] =
+                    json!({"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now()}});
+                container["state"] = json!({"running": {"startedAt": now()}});
+            });
+        }
         let pod = self.deployment(&key).expect("picked").pods.remove(index);
         self.queue.push_back(Work::Reconcile(key.clone()));
         self.queue.push_back(Work::ReplicaSetStatus(key.clone()));

@@ -205,14 +205,24 @@ pub(crate) fn prepare_create(
     };
     meta.insert("uid".into(), json!(ids.uid()));
     meta.insert("creationTimestamp".into(), json!(now()));
-    meta.insert("generation".into(), json!(1));
+    if has_generation(ty) {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    // `managedFields` are the handlers' (set from the request's field manager) or none.
     for server_owned in [
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
         "selfLink",
-        "managedFields",
     ] {
         meta.remove(server_owned);
+    }
+    if ty.id.is_namespace() && object.pointer("/spec/finalizers").is_none() {
+        if !object.get("spec").is_some_and(Value::is_object) {
+            object["spec"] = json!({});
+        }
+        object["spec"]["finalizers"] = json!([super::NAMESPACE_FINALIZER]);
     }
     apply_defaults(ty, object, &name)
 }
@@ -236,8 +246,12 @@ pub(crate) fn prepare_update(
         Part::Status => {
             let status = object.get("status").cloned();
             let api_version = object["apiVersion"].clone();
+            let managed = object.pointer("/metadata/managedFields").cloned();
             *object = current.clone();
             object["apiVersion"] = api_version;
+            if let Some(managed) = managed {
+                metadata_mut(object).insert("managedFields".into(), managed);
+            }
             status
         }
         Part::Main if ty.status_subresource => current.get("status").cloned(),
@@ -264,7 +278,29 @@ pub(crate) fn prepare_update(
             None => meta.remove(owned),
         };
     }
-    meta.remove("managedFields");
+    if ty.id.is_namespace() && part != Part::Whole {
+        // Only the namespace controller (`/finalize` on a real server) changes them.
+        match current.pointer("/spec/finalizers") {
+            Some(finalizers) => {
+                if !object.get("spec").is_some_and(Value::is_object) {
+                    object["spec"] = json!({});
+                }
+                object["spec"]["finalizers"] = finalizers.clone();
+            }
+            None => {
+                if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("finalizers");
+                }
+            }
+        }
+    }
+    let meta = metadata_mut(object);
+    // Kept as the handlers set them (field ownership); a write that sends none keeps them.
+    if !meta.contains_key("managedFields")
+        && let Some(managed) = current_meta.get("managedFields")
+    {
+        meta.insert("managedFields".into(), managed.clone());
+    }
     let generation = current_meta
         .get("generation")
         .and_then(Value::as_i64)
@@ -275,9 +311,28 @@ pub(crate) fn prepare_update(
         && ty.id == ResourceId::new("apps", "deployments")
         && current["metadata"]["annotations"] != object["metadata"]["annotations"];
     let changed = spec_of(current) != spec_of(object) || annotations_changed;
-    metadata_mut(object).insert("generation".into(), json!(generation + i64::from(changed)));
+    if has_generation(ty) {
+        metadata_mut(object).insert("generation".into(), json!(generation + i64::from(changed)));
+    } else {
+        metadata_mut(object).remove("generation");
+    }
     let name = meta_str(current, "name").to_string();
     apply_defaults(ty, object, &name)
+}
+
+/// Whether the API server keeps `metadata.generation` for objects of this type: the types whose
+/// registry strategy sets it (workloads, Pods, Ingresses, PodDisruptionBudgets, CRDs and custom
+/// resources), not ConfigMaps, Namespaces, Events and the like.
+fn has_generation(ty: &ResourceType) -> bool {
+    let id = &ty.id;
+    !crate::resources::Registry::is_builtin(id)
+        || matches!(
+            id.group.as_str(),
+            "apps" | "batch" | crate::resources::CRD_GROUP
+        )
+        || *id == ResourceId::core("pods")
+        || *id == ResourceId::new("networking.k8s.io", "ingresses")
+        || *id == ResourceId::new("policy", "poddisruptionbudgets")
 }
 
 /// Everything but metadata and status: what `generation` tracks.

@@ -131,6 +131,7 @@ pub(crate) fn type_from_crd(crd: &Value) -> Result<ResourceType, Error> {
             .iter()
             .any(|v| v.pointer("/subresources/status").is_some()),
         scale_subresource: false,
+        stored_as: None,
         field_labels: versions
             .iter()
             .flat_map(|v| v["selectableFields"].as_array().into_iter().flatten())

@@ -111,6 +111,9 @@ pub enum Error {
     /// A patch could not be applied.
     #[error("the patch could not be applied")]
     Patch(#[source] Arc<patch::Error>),
+    /// A server-side apply set fields other field managers own (and was not forced).
+    #[error("{}", .0.message())]
+    ApplyConflict(crate::ownership::Conflicts),
 }
 
 /// `pub type Result<T, E = Error>` for this module.
@@ -206,6 +209,9 @@ impl Propagation {
 pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 /// The finalizer of an orphaning deletion.
 pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The namespace controller's entry in a Namespace's `spec.finalizers`: the namespace stays
+/// `Terminating` until the controller has deleted what is in it and removed this.
+pub const NAMESPACE_FINALIZER: &str = "kubernetes";
 
 /// `DeleteOptions.preconditions`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -399,6 +405,21 @@ impl Store {
         })
     }
 
+    /// Read-modify-write of an object under the lock that may fail: `f` gets the current object
+    /// and returns its replacement (resourceVersion and uid preconditions in it still apply).
+    pub fn update_with(
+        &self,
+        key: &ObjectKey,
+        part: Part,
+        f: impl FnOnce(&Value) -> Result<Value>,
+    ) -> Result<Arc<Value>> {
+        self.mutate(|state| {
+            let current = state.current(key)?.clone();
+            let object = f(&current)?;
+            state.replace(key, object, part)
+        })
+    }
+
     /// Read-modify-write of an object under the lock (no resourceVersion precondition).
     pub fn modify(
         &self,
@@ -413,21 +434,25 @@ impl Store {
         })
     }
 
-    /// Deletes an object, or marks it for deletion when it has finalizers. Deleting a namespace
-    /// deletes everything in it; deleting a CRD deletes its objects and stops serving the type.
+    /// Deletes an object, or marks it for deletion when it has finalizers; a Pod goes in one
+    /// write, as when its kubelet has confirmed the termination (the store-level delete tests
+    /// and the workload simulator use). Deleting a namespace only marks it `Terminating`;
+    /// deleting a CRD deletes its objects and stops serving the type.
     pub fn delete(&self, key: &ObjectKey, preconditions: &Preconditions) -> Result<Deletion> {
-        self.delete_propagating(key, preconditions, Propagation::Background)
+        self.mutate(|state| state.delete(key, preconditions, Propagation::Background, false))
     }
 
-    /// [`Store::delete`] with a propagation policy: `Foreground` and `Orphan` add their finalizer,
-    /// so the object stays (with a `deletionTimestamp`) until the garbage collector is done.
+    /// The API server's delete (HTTP clients and the controllers): [`Store::delete`] with a
+    /// propagation policy (`Foreground` and `Orphan` add their finalizer, so the object stays with
+    /// a `deletionTimestamp` until the garbage collector is done), and a Pod's graceful step: the
+    /// Pod is first marked (`deletionTimestamp`, grace period 0), then removed.
     pub fn delete_propagating(
         &self,
         key: &ObjectKey,
         preconditions: &Preconditions,
         propagation: Propagation,
     ) -> Result<Deletion> {
-        self.mutate(|state| state.delete(key, preconditions, propagation))
+        self.mutate(|state| state.delete(key, preconditions, propagation, true))
     }
 }
 

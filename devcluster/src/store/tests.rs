@@ -24,7 +24,10 @@ fn create_sets_server_metadata_and_increments_the_store_version() {
     let start = store.resource_version();
     let created = store.create_object(cm("a", json!({"k": "v"}))).unwrap();
     assert_eq!(rv(&created), start + 1);
-    assert_eq!(created["metadata"]["generation"], 1);
+    assert!(
+        created["metadata"].get("generation").is_none(),
+        "ConfigMaps have no generation on the API server"
+    );
     assert_eq!(created["metadata"]["uid"].as_str().unwrap().len(), 36);
     assert!(
         created["metadata"]["creationTimestamp"]
@@ -74,10 +77,13 @@ fn create_errors_match_the_api_server() {
 #[test]
 fn replace_enforces_optimistic_concurrency_and_bumps_generation_on_spec_change() {
     let store = Store::new(100);
-    let created = store.create_object(cm("a", json!({"k": "1"}))).unwrap();
-    let k = key("configmaps", Some("default"), "a");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "a", "namespace": "default"}, "spec": {"replicas": 1}});
+    let created = store.create_object(deployment).unwrap();
+    assert_eq!(created["metadata"]["generation"], 1);
+    let k = ObjectKey::new(ResourceId::new("apps", "deployments"), Some("default"), "a");
     let mut update = Value::clone(&created);
-    update["data"]["k"] = json!("2");
+    update["spec"]["replicas"] = json!(2);
     let updated = store.replace(&k, update.clone(), Part::Main).unwrap();
     assert_eq!(updated["metadata"]["generation"], 2);
     assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
@@ -207,31 +213,59 @@ fn delete_preconditions_and_protected_namespaces() {
 }
 
 #[test]
-fn deleting_a_namespace_deletes_its_contents() {
+fn a_deleted_namespace_is_terminating_until_its_finalizer_is_removed() {
     let store = Store::new(100);
-    store
+    let created = store
         .create(
             &ResourceId::namespaces(),
             None,
             json!({"metadata": {"name": "team"}}),
         )
         .unwrap();
-    for name in ["a", "b"] {
-        store
-            .create(
-                &ResourceId::core("configmaps"),
-                Some("team"),
-                json!({"metadata": {"name": name}}),
-            )
-            .unwrap();
-    }
-    store.create_object(cm("kept", json!({}))).unwrap();
+    assert_eq!(created["spec"]["finalizers"], json!(["kubernetes"]));
     store
-        .delete(&key("namespaces", None, "team"), &Preconditions::default())
+        .create(
+            &ResourceId::core("configmaps"),
+            Some("team"),
+            json!({"metadata": {"name": "a"}}),
+        )
         .unwrap();
-    let (left, _) = store.list(&ResourceId::core("configmaps"), None).unwrap();
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0]["metadata"]["name"], "kept");
+    let ns = key("namespaces", None, "team");
+    let Deletion::Finalizing(marked) = store.delete(&ns, &Preconditions::default()).unwrap() else {
+        panic!("a namespace with spec.finalizers is not deleted at once");
+    };
+    assert_eq!(marked["status"]["phase"], "Terminating");
+    assert!(marked["metadata"].get("finalizers").is_none(), "{marked}");
+    assert!(marked["metadata"].get("generation").is_none(), "{marked}");
+    // Its contents stay (the namespace controller deletes them); nothing new may be created.
+    assert_eq!(
+        store
+            .list(&ResourceId::core("configmaps"), Some("team"))
+            .unwrap()
+            .0
+            .len(),
+        1
+    );
+    assert!(matches!(
+        store.create(
+            &ResourceId::core("configmaps"),
+            Some("team"),
+            json!({"metadata": {"name": "b"}})
+        ),
+        Err(Error::Forbidden { .. })
+    ));
+    // An ordinary update cannot drop the finalizer; the controller's write can, and deletes it.
+    store
+        .modify(&ns, Part::Main, |o| o["spec"]["finalizers"] = json!([]))
+        .unwrap();
+    assert_eq!(
+        store.get(&ns).unwrap()["spec"]["finalizers"],
+        json!(["kubernetes"])
+    );
+    store
+        .modify(&ns, Part::Whole, |o| o["spec"]["finalizers"] = json!([]))
+        .unwrap();
+    assert!(matches!(store.get(&ns), Err(Error::NotFound { .. })));
 }
 
 #[test]

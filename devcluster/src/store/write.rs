@@ -195,13 +195,11 @@ impl State {
         if object == *current {
             return Ok(current);
         }
-        let finalized = !meta_str(&object, "deletionTimestamp").is_empty()
-            && object
-                .pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .is_none_or(Vec::is_empty);
+        let finalized =
+            !meta_str(&object, "deletionTimestamp").is_empty() && finalizers_of(&object).is_empty();
         if finalized {
-            return Ok(self.remove(key, object, current));
+            // As etcd's delete event: the object as it was stored last.
+            return Ok(self.remove(key, Value::clone(&current), current));
         }
         Ok(self.commit(
             &key.resource,
@@ -281,6 +279,7 @@ impl State {
         key: &ObjectKey,
         preconditions: &Preconditions,
         propagation: Propagation,
+        graceful: bool,
     ) -> Result<Deletion> {
         self.ty(&key.resource)?;
         let current = self.current(key)?.clone();
@@ -309,11 +308,7 @@ impl State {
                 reason: "this namespace may not be deleted".into(),
             });
         }
-        let mut finalizers: Vec<Value> = current
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let mut finalizers = finalizers_of(&current);
         let deleting = !meta_str(&current, "deletionTimestamp").is_empty();
         if let Some(finalizer) = propagation.finalizer()
             && !deleting
@@ -322,6 +317,29 @@ impl State {
             finalizers.push(json!(finalizer));
         }
         let has_finalizers = !finalizers.is_empty();
+        if !has_finalizers && graceful && !deleting && key.resource == ResourceId::core("pods") {
+            // A Pod's graceful deletion with no kubelet to wait for (the API server's answer for
+            // an unscheduled Pod; KWOK's kubelet confirms at once): marked, then removed.
+            let mut marked = Value::clone(&current);
+            let meta = metadata_mut(&mut marked);
+            meta.insert("deletionTimestamp".into(), json!(admission::now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+                meta.insert("generation".into(), json!(generation + 1));
+            }
+            let marked = self.commit(
+                &key.resource,
+                key.name_key(),
+                marked,
+                EventKind::Modified,
+                Some(current),
+            );
+            return Ok(Deletion::Deleted(self.remove(
+                key,
+                Value::clone(&marked),
+                marked,
+            )));
+        }
         if !has_finalizers {
             return Ok(Deletion::Deleted(self.remove(
                 key,
@@ -334,13 +352,18 @@ impl State {
         }
         let mut marked = Value::clone(&current);
         let meta = metadata_mut(&mut marked);
-        meta.insert("finalizers".into(), Value::Array(finalizers));
-        meta.insert("deletionTimestamp".into(), json!(admission::now()));
-        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        meta.insert("generation".into(), json!(generation + 1));
         if key.resource.is_namespace() {
-            marked["status"] = json!({"phase": "Terminating"});
+            // As the namespace registry: only the timestamp and the phase; the namespace
+            // controller empties it, then removes its `spec.finalizers`.
+            meta.insert("deletionTimestamp".into(), json!(admission::now()));
+            marked["status"]["phase"] = json!("Terminating");
+        } else {
+            meta.insert("finalizers".into(), Value::Array(finalizers));
+            meta.insert("deletionTimestamp".into(), json!(admission::now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+                meta.insert("generation".into(), json!(generation + 1));
+            }
         }
         let marked = self.commit(
             &key.resource,
@@ -351,4 +374,22 @@ impl State {
         );
         Ok(Deletion::Finalizing(marked))
     }
+}
+
+/// What keeps an object with a `deletionTimestamp` stored: `metadata.finalizers`, and for a
+/// namespace also `spec.finalizers` (the namespace controller's `kubernetes`), as the namespace
+/// registry deletes a namespace during an update only when both are empty.
+fn finalizers_of(object: &Value) -> Vec<Value> {
+    let list = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut finalizers = list("/metadata/finalizers");
+    if object["kind"] == "Namespace" {
+        finalizers.extend(list("/spec/finalizers"));
+    }
+    finalizers
 }

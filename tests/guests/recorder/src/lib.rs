@@ -3,7 +3,8 @@
 //! event's object back through the lister and records the resourceVersion it saw), `sleepMs`
 //! (sleeps in every handler: a slow plugin), `marks: true` (also logs `enter TAG` when a handler
 //! starts and `leave TAG` when it returns, as plain lines: tests check that two versions never
-//! run at once).
+//! run at once), `body: true` (also records the whole object as `object`: tests compare what
+//! changed between two events).
 
 use wasmformer_guest::serde_json::{Value, json};
 use wasmformer_guest::{ListerError, Object, Plugin, Result, info, lister};
@@ -14,6 +15,7 @@ struct Recorder {
     lookup: bool,
     sleep_ms: u64,
     marks: bool,
+    body: bool,
 }
 
 impl Recorder {
@@ -37,6 +39,10 @@ impl Recorder {
                 Err(e) => json!(e.to_string()),
             };
             line["listerResourceVersion"] = seen;
+        }
+        if self.body {
+            line["object"] =
+                wasmformer_guest::serde_json::from_str(obj.json()).unwrap_or(Value::Null);
         }
         if let (Value::Object(line), Value::Object(extra)) = (&mut line, extra) {
             line.extend(extra);
@@ -64,6 +70,7 @@ impl Plugin for Recorder {
             .get("marks")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        self.body = config.get("body").and_then(Value::as_bool).unwrap_or(false);
         Ok(())
     }
 
