@@ -223,7 +223,21 @@ async fn subscribing_during_a_stream_of_changes_has_no_gap_and_no_duplicate() {
         tx
     });
     let mut subscribers = Vec::new();
+    let mut chunk = 0u64;
     while chunk_sent.recv().is_ok() {
+        // Join once the informer has applied something of this chunk: the producer holds the
+        // next chunk until this one is taken, so each subscriber joins later than the one before,
+        // however slowly the informer runs on a loaded machine.
+        chunk += 1;
+        let first_of_chunk = 100 * (chunk - 1) + 2;
+        while !informer
+            .store()
+            .snapshot()
+            .iter()
+            .any(|o| o.resource_version().parse::<u64>().unwrap() >= first_of_chunk)
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         let recorder = Arc::new(Recorder::default());
         subscribers.push((informer.subscribe(recorder.clone()), recorder));
     }
