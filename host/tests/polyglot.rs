@@ -81,7 +81,9 @@ fn built(folder: &str) -> String {
 }
 
 /// `wasmformer replay`'s output with the plugin's name in each log line's tag made generic and
-/// each call's duration cut, so two builds of one plugin compare equal.
+/// each call's duration cut, so two builds of one plugin compare equal. The deadline is
+/// `wasmformer build --replay`'s for interpreters: an interpreter's init takes 50-70 ms on a
+/// loaded machine, near the default 100 ms.
 fn replay_output(wasm: &str, events: &Path) -> String {
     let out = wasmformer(&[
         "replay",
@@ -89,6 +91,8 @@ fn replay_output(wasm: &str, events: &Path) -> String {
         wasm,
         "--events",
         events.to_str().unwrap(),
+        "--deadline",
+        "2s",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let tag = format!(
@@ -162,6 +166,8 @@ fn replay_writes(wasm: &str, name: &str, events: &Path, config: &str) -> (Option
         config,
         "--output",
         "writes",
+        "--deadline",
+        "2s",
     ]);
     (
         out.status.code(),
@@ -238,6 +244,8 @@ fn assert_writer_probe_writes_like_rust(folder: &str, forbidden: &str, invalid: 
         &wasm,
         "--events",
         events.to_str().unwrap(),
+        "--deadline",
+        "2s",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     for needle in [
