@@ -34,6 +34,8 @@ use wasmformer_tests::{guests, pod_gvk, realistic_pod, store};
 mod harness;
 #[path = "runtime/report.rs"]
 mod report;
+// Shared with the polyglot benchmark, which uses more of it.
+#[allow(dead_code)]
 #[path = "runtime/table.rs"]
 mod table;
 
