@@ -15,13 +15,15 @@
 // `fetch-event` features disabled: the host gives plugins no network). The host creates the
 // plugin once per instance, calls `init` with its config, then one handler at a time; state on
 // `this` lasts between calls (until a trap recreates the instance). A handler that throws fails
-// its call with `"<ErrorType>: <message>"`.
+// its call with `"<ErrorType>: <message>"`. Writes to the cluster go through `writer` (apply,
+// patch, create, delete, event); a failed write throws a `WriteError` whose `kind` names why.
 
-import { log as hostLog } from "wasmformer:plugin/log@0.2.0";
-import * as witLister from "wasmformer:plugin/lister@0.2.0";
+import { log as hostLog } from "wasmformer:plugin/log@0.3.0";
+import * as witLister from "wasmformer:plugin/lister@0.3.0";
+import * as witWriter from "wasmformer:plugin/writer@0.3.0";
 
 /** The contract version this SDK builds plugins for (the WIT package version). */
-export const CONTRACT_VERSION = "0.2.0";
+export const CONTRACT_VERSION = "0.3.0";
 
 /** The kind of a manifest's `apiVersion` and `kind`: `gvk("apps/v1", "ReplicaSet")`. */
 export function gvk(apiVersion, kind) {
@@ -163,6 +165,141 @@ export const lister = {
   /** Objects of `kind` whose index `index` holds `value`. */
   byIndex(kind, index, value) {
     return reading(() => witLister.byIndex(kind, index, value)).map(fromWit);
+  },
+};
+
+// --- the writer ----------------------------------------------------------------------------
+
+// What a `WriteError`'s message starts with, by kind (as the Rust SDK's `WriteError` prints).
+const WRITE_PREFIX = {
+  invalid: "invalid",
+  conflict: "conflict",
+  "not-found": "not found",
+  throttled: "throttled",
+  unavailable: "unavailable",
+  encode: "cannot encode the object",
+};
+
+/**
+ * Why a write failed. `kind` is forbidden, invalid, conflict, not-found, throttled, unavailable
+ * or encode; `refusedBy` ("grant" or "server") says who refused a forbidden write (a "grant"
+ * refusal never reached the server); `causes` are the server's `{field, reason, message}`.
+ */
+export class WriteError extends Error {
+  constructor(kind, message, { refusedBy = undefined, causes = [] } = {}) {
+    const prefix =
+      kind === "forbidden"
+        ? refusedBy === "grant"
+          ? "forbidden (not granted)"
+          : "forbidden (by the API server)"
+        : WRITE_PREFIX[kind] ?? kind;
+    super(`${prefix}: ${message}`);
+    this.name = "WriteError";
+    this.kind = kind;
+    this.refusedBy = refusedBy;
+    this.causes = causes;
+    /** The host's or the server's text, without the kind. */
+    this.detail = message;
+  }
+
+  /** For a conflict: the other field managers named in its causes (e.g. `kubectl`), sorted. */
+  conflictingManagers() {
+    if (this.kind !== "conflict") return [];
+    const managers = new Set();
+    for (const text of [...this.causes.map((c) => c.message), this.detail]) {
+      for (const rest of text.split('conflict with "').slice(1)) managers.add(rest.split('"')[0]);
+    }
+    return [...managers].sort();
+  }
+}
+
+function writeError(e) {
+  const payload = e && e.payload;
+  if (!payload || typeof payload.tag !== "string") return e;
+  const v = payload.val;
+  switch (payload.tag) {
+    case "forbidden":
+      return new WriteError("forbidden", v.message, { refusedBy: v.refusedBy });
+    case "invalid":
+    case "conflict":
+      return new WriteError(payload.tag, v.message, { causes: v.causes });
+    default:
+      return new WriteError(payload.tag, v);
+  }
+}
+
+function writing(call) {
+  try {
+    return call();
+  } catch (e) {
+    throw writeError(e);
+  }
+}
+
+// An object as compact JSON; a string is sent as it is (already JSON).
+function encode(obj) {
+  if (typeof obj === "string") return obj;
+  let text;
+  try {
+    text = JSON.stringify(obj);
+  } catch (e) {
+    throw new WriteError("encode", e.message);
+  }
+  if (text === undefined) throw new WriteError("encode", `${typeof obj} is not JSON`);
+  return text;
+}
+
+const answer = (text) => (text ? JSON.parse(text) : {});
+
+/**
+ * Changes to the cluster, within the plugin's grants. Each write is synchronous and returns the
+ * API server's answer (the stored object, parsed); the host sets the field manager
+ * (`wasmformer/<plugin-name>`). Writes from `init` are refused.
+ */
+export const writer = {
+  /**
+   * Server-side apply of `manifest` (an object, or JSON text sent as it is, with apiVersion,
+   * kind and metadata.name). `force` takes over fields another manager owns; `status` applies
+   * to the status subresource.
+   */
+  apply(manifest, { force = false, status = false } = {}) {
+    return answer(writing(() => witWriter.apply(encode(manifest), { force, status })));
+  },
+  /**
+   * Patches the `kind` `namespace`/`name` (namespace "" for cluster-scoped kinds) with `body`:
+   * a JSON merge patch by default, a JSON patch (a list of operations) with
+   * `patchType: "json"`; `status` patches the status subresource.
+   */
+  patch(kind, namespace, name, body, { patchType = "merge", status = false } = {}) {
+    const target = { kind, namespace, name };
+    return answer(writing(() => witWriter.patch(target, patchType, encode(body), status)));
+  },
+  /** Creates `manifest`; returns the object as the server stored it. */
+  create(manifest) {
+    return answer(writing(() => witWriter.create(encode(manifest))));
+  },
+  /**
+   * Deletes the `kind` `namespace`/`name`. `propagation` is default, background, foreground or
+   * orphan; `preconditions` `{uid, resourceVersion}` must hold or the server answers conflict.
+   */
+  delete(kind, namespace, name, { propagation = "default", preconditions = {} } = {}) {
+    const target = { kind, namespace, name };
+    const { uid, resourceVersion } = preconditions;
+    writing(() => witWriter.delete(target, propagation, { uid, resourceVersion }));
+  },
+  /**
+   * Records an Event about `regarding` (an object a handler received), reported by
+   * `wasmformer/<plugin-name>`; `type` is "normal" or "warning". Repeats aggregate into one
+   * Event with a growing count.
+   */
+  event(regarding, type, reason, action, note) {
+    const reference = {
+      kind: regarding.kind,
+      namespace: regarding.namespace,
+      name: regarding.name,
+      uid: regarding.uid,
+    };
+    writing(() => witWriter.event(reference, type, reason, action, note));
   },
 };
 

@@ -81,7 +81,9 @@ fn built(folder: &str) -> String {
 }
 
 /// `wasmformer replay`'s output with the plugin's name in each log line's tag made generic and
-/// each call's duration cut, so two builds of one plugin compare equal.
+/// each call's duration cut, so two builds of one plugin compare equal. The deadline is
+/// `wasmformer build --replay`'s for interpreters: an interpreter's init takes 50-70 ms on a
+/// loaded machine, near the default 100 ms.
 fn replay_output(wasm: &str, events: &Path) -> String {
     let out = wasmformer(&[
         "replay",
@@ -89,6 +91,8 @@ fn replay_output(wasm: &str, events: &Path) -> String {
         wasm,
         "--events",
         events.to_str().unwrap(),
+        "--deadline",
+        "2s",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let tag = format!(
@@ -146,6 +150,131 @@ fn python_owner_lookup_replays_like_the_rust_example() {
 #[test]
 fn js_owner_lookup_replays_like_the_rust_example() {
     assert_replays_like_rust("js-owner-lookup", "owner-lookup", guests::OWNER_LOOKUP);
+}
+
+/// `wasmformer replay --name NAME --output writes`: the exit status and the recorded writes.
+fn replay_writes(wasm: &str, name: &str, events: &Path, config: &str) -> (Option<i32>, String) {
+    let out = wasmformer(&[
+        "replay",
+        "--name",
+        name,
+        "--plugin",
+        wasm,
+        "--events",
+        events.to_str().unwrap(),
+        "--config",
+        config,
+        "--output",
+        "writes",
+        "--deadline",
+        "2s",
+    ]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn assert_writes_like_label_sync(example: &str) {
+    let events = repo_root().join("examples/label-sync/events.yaml");
+    assert_eq!(
+        std::fs::read_to_string(
+            repo_root()
+                .join("examples")
+                .join(example)
+                .join("events.yaml")
+        )
+        .unwrap(),
+        std::fs::read_to_string(&events).unwrap(),
+        "{example} keeps a copy of label-sync's events.yaml"
+    );
+    let golden =
+        std::fs::read_to_string(repo_root().join("examples/label-sync/writes.golden.yaml"))
+            .unwrap();
+    let wasm = built(&format!("examples/{example}"));
+    let (status, writes) = replay_writes(&wasm, "label-sync", &events, r#"{"label": "team"}"#);
+    assert_eq!(status, Some(0), "{writes}");
+    assert_eq!(
+        writes, golden,
+        "{example} writes what examples/label-sync/writes.golden.yaml holds"
+    );
+}
+
+#[test]
+fn python_label_sync_writes_like_the_rust_example() {
+    assert_writes_like_label_sync("python-label-sync");
+}
+
+#[test]
+fn js_label_sync_writes_like_the_rust_example() {
+    assert_writes_like_label_sync("js-label-sync");
+}
+
+/// The writer probe in `folder` makes the Rust writer-probe's writes for every writer call, and
+/// a refused write surfaces as the SDK's typed error (`forbidden`, refused by the grant).
+fn assert_writer_probe_writes_like_rust(folder: &str, forbidden: &str, invalid: &str) {
+    let events = repo_root().join("tests/polyglot/writer-probe.events.yaml");
+    let (rust_status, expected) =
+        replay_writes(guests::WRITER_PROBE, "writer-probe", &events, "{}");
+    // The last two calls fail: a write not granted and a manifest that is not JSON.
+    assert_eq!(rust_status, Some(1), "{expected}");
+    for verb in [
+        "verb: apply",
+        "verb: create",
+        "patchType: merge",
+        "patchType: json",
+        "verb: delete",
+        "propagation: Background",
+        "resourceVersion: \"7\"",
+        "verb: event",
+    ] {
+        assert!(expected.contains(verb), "{verb} in {expected}");
+    }
+    let wasm = built(folder);
+    let (status, writes) = replay_writes(&wasm, "writer-probe", &events, "{}");
+    assert_eq!(status, Some(1), "{writes}");
+    assert_eq!(
+        writes, expected,
+        "{folder} writes like the Rust writer-probe"
+    );
+
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        &wasm,
+        "--events",
+        events.to_str().unwrap(),
+        "--deadline",
+        "2s",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        forbidden,
+        "add    ConfigMap default/not-granted (rv 9) FAILED",
+        "forbidden (not granted): ",
+        invalid,
+        "11 calls, 2 failed",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in {stdout}");
+    }
+}
+
+#[test]
+fn a_python_plugin_makes_every_write_like_a_rust_one() {
+    assert_writer_probe_writes_like_rust(
+        "tests/polyglot/python-writer-probe",
+        "write failed: Forbidden kind=forbidden refusedBy=grant",
+        "write failed: Invalid kind=invalid refusedBy=-",
+    );
+}
+
+#[test]
+fn a_js_plugin_makes_every_write_like_a_rust_one() {
+    assert_writer_probe_writes_like_rust(
+        "tests/polyglot/js-writer-probe",
+        "write failed: WriteError kind=forbidden refusedBy=grant",
+        "write failed: WriteError kind=invalid refusedBy=-",
+    );
 }
 
 #[test]
@@ -476,7 +605,7 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
     let out = tempfile::tempdir().unwrap();
     let status = Command::new("node")
         .arg(js_toolchain().join("gentypes.mjs"))
-        .arg(repo_root().join("host/wit-0.2"))
+        .arg(repo_root().join("wit"))
         .arg(out.path())
         .status()
         .unwrap();
@@ -488,6 +617,7 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
         "interfaces/wasmformer-plugin-lister.d.ts",
         "interfaces/wasmformer-plugin-log.d.ts",
         "interfaces/wasmformer-plugin-types.d.ts",
+        "interfaces/wasmformer-plugin-writer.d.ts",
     ] {
         let generated = std::fs::read_to_string(out.path().join(file))
             .unwrap_or_else(|e| panic!("{file} was not generated: {e}"));
@@ -501,7 +631,7 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
         std::fs::read_dir(committed.join("interfaces"))
             .unwrap()
             .count(),
-        4,
+        5,
         "one declaration file per interface"
     );
 }

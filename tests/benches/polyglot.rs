@@ -17,7 +17,13 @@ use wasmformer_tests::{guests, pod_gvk, realistic_pod, store};
 #[path = "runtime/harness.rs"]
 mod harness;
 
+// The runtime benchmark's tables (this one needs no text columns).
+#[allow(dead_code)]
+#[path = "runtime/table.rs"]
+mod table;
+
 use harness::{Stats, measure};
+use table::{Table, mib, ns};
 
 /// Instances started for the RSS figure.
 const RSS_INSTANCES: usize = 10;
@@ -61,15 +67,15 @@ fn load(engine: &PluginEngine, wasm: &str) -> LoadedPlugin {
     LoadedPlugin::load(engine, "bench", Path::new(wasm)).expect("bench plugin loads")
 }
 
+/// Starts an instance under the default limits but a 2 s deadline: an interpreter's init takes
+/// 50-70 ms on a loaded machine and can overrun the default 100 ms (calls are timed, not limited).
 fn start(plugin: &LoadedPlugin, config: &Value) -> PluginInstance {
-    PluginInstance::start(
-        plugin.clone(),
-        Limits::default(),
-        Grants::none(),
-        config,
-        None,
-    )
-    .expect("bench plugin starts")
+    let limits = Limits {
+        deadline: std::time::Duration::from_secs(2),
+        ..Limits::default()
+    };
+    PluginInstance::start(plugin.clone(), limits, Grants::none(), config, None)
+        .expect("bench plugin starts")
 }
 
 fn call_stats(plugin: &LoadedPlugin, config: &Value, event: &Event) -> Stats {
@@ -107,23 +113,6 @@ fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
     let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
     pages * 4096
-}
-
-/// 1234567.8 -> "1,234,568".
-fn ns(value: f64) -> String {
-    let digits = format!("{value:.0}");
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
 fn main() {
@@ -170,15 +159,17 @@ fn main() {
         loads.push((size, cold, warm, instantiate, memory, per_instance));
     }
 
-    println!(
-        "| handler, realistic Pod | {} |",
-        langs
-            .iter()
-            .map(|l| format!("{} median ns/op | p99 | × Rust", l.name))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    println!("|---|{}", "--:|--:|--:|".repeat(langs.len()));
+    let figures: Vec<String> = langs
+        .iter()
+        .flat_map(|l| {
+            [
+                format!("{} median ns/op", l.name),
+                "p99".to_owned(),
+                "× Rust".to_owned(),
+            ]
+        })
+        .collect();
+    let mut table = Table::new("handler, realistic Pod", &figures);
     for (i, what) in [
         "empty handler",
         "labels handler (name, namespace, labels)",
@@ -188,34 +179,35 @@ fn main() {
     .enumerate()
     {
         let rust = calls[0][i].median;
-        let cells: Vec<String> = calls
-            .iter()
-            .map(|row| {
-                format!(
-                    "{} | {} | {:.1}×",
-                    ns(row[i].median),
-                    ns(row[i].p99),
-                    row[i].median / rust
-                )
-            })
-            .collect();
-        println!("| {what} | {} |", cells.join(" | "));
+        let mut cells = vec![what.to_string()];
+        for row in &calls {
+            cells.push(ns(row[i].median));
+            cells.push(ns(row[i].p99));
+            cells.push(format!("{:.1}×", row[i].median / rust));
+        }
+        table.row(cells);
     }
+    table.print();
     println!();
-    println!(
-        "| plugin (empty handler's component) | size | cold compile | cached load | instantiate + init | largest memory at start | RSS per instance ({RSS_INSTANCES} started) |"
-    );
-    println!("|---|--:|--:|--:|--:|--:|--:|");
+    let figures = [
+        "size".to_owned(),
+        "cold compile".to_owned(),
+        "cached load".to_owned(),
+        "instantiate + init".to_owned(),
+        "largest memory at start".to_owned(),
+        format!("RSS per instance ({RSS_INSTANCES} started)"),
+    ];
+    let mut table = Table::new("plugin (empty handler's component)", &figures);
     for (lang, (size, cold, warm, instantiate, memory, per_instance)) in langs.iter().zip(&loads) {
-        println!(
-            "| {} | {} | {:.1} s | {:.1} ms | {:.2} ms | {} | {} |",
-            lang.name,
+        table.row(vec![
+            lang.name.to_owned(),
             mib(*size),
-            cold.as_secs_f64(),
-            warm.as_secs_f64() * 1e3,
-            instantiate.as_secs_f64() * 1e3,
+            format!("{:.1} s", cold.as_secs_f64()),
+            format!("{:.1} ms", warm.as_secs_f64() * 1e3),
+            format!("{:.2} ms", instantiate.as_secs_f64() * 1e3),
             mib(*memory),
-            mib(*per_instance)
-        );
+            mib(*per_instance),
+        ]);
     }
+    table.print();
 }

@@ -23,8 +23,8 @@ use std::time::Instant;
 use guest_bench_decode::PodDecoder;
 use guest_bench_labels::LabelCounter;
 use harness::{Pair, Stats, measure, measure_batches, measure_pair};
-use report::ns;
 use serde_json::{Value, json};
+use table::ns;
 use wasmformer::cache::{CachedObject, Gvk, Store};
 use wasmformer::plugin::{Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance};
 use wasmformer_guest::Plugin;
@@ -34,6 +34,10 @@ use wasmformer_tests::{guests, pod_gvk, realistic_pod, store_with};
 mod harness;
 #[path = "runtime/report.rs"]
 mod report;
+// Shared with the polyglot benchmark, which uses more of it.
+#[allow(dead_code)]
+#[path = "runtime/table.rs"]
+mod table;
 
 /// Pods in the lister's store (variants of the realistic Pod).
 const STORE_PODS: usize = 1000;

@@ -16,6 +16,7 @@ bindings it generates (`wit_world`) are wrapped here so a plugin never sees them
 the plugin once per instance, calls `init` with its config, then one handler at a time; the
 instance is kept in this module, so state on `self` lasts between calls (until a trap recreates
 the instance). An exception a handler raises becomes the call's error, `"<Type>: <message>"`.
+Writes to the cluster go through `wasmformer.writer` (apply, patch, create, delete, event).
 """
 
 import json as _json
@@ -29,11 +30,11 @@ from wit_world.imports import types as _types
 __all__ = [
     "CONTRACT_VERSION", "Gvk", "Object", "Plugin", "export", "gvk", "lister",
     "ListerError", "NotFound", "Forbidden", "InvalidSelector", "UnknownIndex",
-    "log", "trace", "debug", "info", "warn", "error",
+    "log", "trace", "debug", "info", "warn", "error", "writer",
 ]
 
 #: The contract version this SDK builds plugins for (the WIT package version).
-CONTRACT_VERSION = "0.2.0"
+CONTRACT_VERSION = "0.3.0"
 
 #: A kind of object: `group` (empty for the core group), `version`, `kind`.
 Gvk = _types.Gvk
@@ -241,6 +242,9 @@ class _Lister:
 #: `lister.by_index(kind, index, value)`.
 lister = _Lister()
 
+
+# The writer imports `Gvk` and `Object` from this module, so it comes after them.
+from . import writer  # noqa: E402
 
 # --- the export ------------------------------------------------------------------------------
 

@@ -13,21 +13,27 @@ use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
 /// The contract's WIT files the Python and JavaScript SDKs are built against (staged beside every
-/// non-Rust build): the frozen 0.2.0 contract, which this host still links. Their SDKs have no
-/// `writer` yet; moving them to 0.3 means pointing these at `wit/` and adding the import.
+/// non-Rust build): the current contract (`wit/`), writer included.
 pub const WIT: &[(&str, &str)] = &[
-    ("handler.wit", include_str!("../../wit-0.2/handler.wit")),
-    ("lister.wit", include_str!("../../wit-0.2/lister.wit")),
-    ("log.wit", include_str!("../../wit-0.2/log.wit")),
-    ("types.wit", include_str!("../../wit-0.2/types.wit")),
-    ("world.wit", include_str!("../../wit-0.2/world.wit")),
+    ("handler.wit", include_str!("../../../wit/handler.wit")),
+    ("lister.wit", include_str!("../../../wit/lister.wit")),
+    ("log.wit", include_str!("../../../wit/log.wit")),
+    ("types.wit", include_str!("../../../wit/types.wit")),
+    ("world.wit", include_str!("../../../wit/world.wit")),
+    ("writer.wit", include_str!("../../../wit/writer.wit")),
 ];
 
 /// The Python SDK (`guest-sdk/python/wasmformer/`), staged as the package `wasmformer`.
-pub const PYTHON_SDK: &[(&str, &str)] = &[(
-    "wasmformer/__init__.py",
-    include_str!("../../../guest-sdk/python/wasmformer/__init__.py"),
-)];
+pub const PYTHON_SDK: &[(&str, &str)] = &[
+    (
+        "wasmformer/__init__.py",
+        include_str!("../../../guest-sdk/python/wasmformer/__init__.py"),
+    ),
+    (
+        "wasmformer/writer.py",
+        include_str!("../../../guest-sdk/python/wasmformer/writer.py"),
+    ),
+];
 
 /// The JavaScript SDK (`guest-sdk/js/wasmformer.js`), staged as `wasmformer.js`.
 pub const JS_SDK: &[(&str, &str)] = &[(

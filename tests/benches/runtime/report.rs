@@ -5,20 +5,8 @@ use std::sync::atomic::Ordering;
 
 use wasmformer_tests::guests;
 
+use super::table::{Table, ns};
 use super::{Bench, FAILURES, Objects, RSS_INSTANCES};
-
-/// `1234567.8` as `1,234,568`.
-pub fn ns(value: f64) -> String {
-    let digits = format!("{:.0}", value);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 fn us(value_ns: f64) -> String {
     format!("{:.2} µs", value_ns / 1000.0)
@@ -52,21 +40,28 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
 
 /// Prints every table: the rows, the pairs, derived figures, the objects and the plugin sizes.
 pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
-    println!("| id | what | median ns/op | p99 ns/op | min ns/op | goal | |");
-    println!("|---|---|--:|--:|--:|---|---|");
+    let figures = ["what", "median ns/op", "p99 ns/op", "min ns/op", "goal", ""].map(String::from);
+    let mut table = Table::new("id", &figures)
+        .text_column(1)
+        .text_column(5)
+        .text_column(6);
     for (id, (what, stats)) in &bench.results {
         let (goal_text, verdict) = match goal(bench, id) {
             Some((text, true)) => (text, "met"),
             Some((text, false)) => (text, "**missed**"),
             None => (String::new(), ""),
         };
-        println!(
-            "| {id} | {what} | {} | {} | {} | {goal_text} | {verdict} |",
+        table.row(vec![
+            id.to_string(),
+            what.clone(),
             ns(stats.median),
             ns(stats.p99),
-            ns(stats.min)
-        );
+            ns(stats.min),
+            goal_text,
+            verdict.to_owned(),
+        ]);
     }
+    table.print();
 
     if !bench.pairs.is_empty() {
         println!(
