@@ -178,9 +178,7 @@ plugins:
     );
     let applied = ok(&applied, "kubectl apply --dry-run=server of the stream");
     assert!(
-        applied.contains(&format!(
-            "deployment.apps/wasmformer created (server dry run)"
-        )),
+        applied.contains("deployment.apps/wasmformer created (server dry run)"),
         "{applied}"
     );
     assert!(

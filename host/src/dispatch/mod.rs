@@ -51,8 +51,13 @@ impl DispatchedPlugin {
     /// `previous` is the version this one replaces with other subscriptions (a re-subscription):
     /// the new worker first stops it (it delivers what it has queued within `stop_timeout`, see
     /// [`DispatchedPlugin::stop`]) and only then delivers, so at most one version of a plugin
-    /// handles events at any instant. The worker calls handlers only while `gate` is open. The new subscriptions are in place before the old ones are
-    /// dropped: informers both use keep running, and the new queue misses nothing meanwhile.
+    /// handles events at any instant. The worker calls handlers only while `gate` is open. The new
+    /// subscriptions are in place before the old ones are dropped: informers both use keep
+    /// running, and the new queue misses nothing meanwhile.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each argument is a distinct part of the plugin's dispatch; a struct would only rename them"
+    )]
     pub fn start(
         instance: PluginInstance,
         max_queued: usize,

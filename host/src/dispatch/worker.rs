@@ -64,6 +64,10 @@ struct Delivery {
 impl PluginWorker {
     /// Starts delivering from `queue` to `instance`, after running `before` (if any) on the
     /// worker's thread: stopping the version this one replaces.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each argument is a distinct part of the worker; a struct would only rename them"
+    )]
     pub fn start(
         instance: PluginInstance,
         queue: Arc<EventQueue>,

@@ -444,8 +444,14 @@ pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedR
             }
             Request::Remove(name, reply) => answer(reply, runtime.stop_plugin(&name).await),
             Request::Lead(_, reply) | Request::Follow(reply) if shut_down => answer(reply, ()),
-            Request::Lead(term, reply) => answer(reply, runtime.lead(term).await),
-            Request::Follow(reply) => answer(reply, runtime.follow().await),
+            Request::Lead(term, reply) => {
+                runtime.lead(term).await;
+                answer(reply, ());
+            }
+            Request::Follow(reply) => {
+                runtime.follow().await;
+                answer(reply, ());
+            }
             Request::Shutdown(reply) => {
                 if !shut_down {
                     shut_down = true;
