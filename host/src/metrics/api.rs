@@ -27,8 +27,9 @@ struct VerbLabel {
     verb: String,
 }
 
-fn request_histogram() -> Histogram {
-    // 1 ms to about 33 s.
+/// Buckets for a request to the API server, a plugin's writes included: 1 ms to about 33 s (a
+/// write's timeout is 10 s by default).
+pub(super) fn request_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 

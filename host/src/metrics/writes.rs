@@ -10,7 +10,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,11 +26,6 @@ struct VerbLabels {
     verb: String,
 }
 
-fn write_histogram() -> Histogram {
-    // 1 ms to about 33 s: a write's timeout is 10 s by default.
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
-
 #[derive(Debug, Clone)]
 pub(super) struct Families {
     writes: Family<WriteLabels, Counter>,
@@ -41,7 +36,7 @@ impl Families {
     pub(super) fn register(registry: &mut Registry) -> Self {
         let families = Self {
             writes: Family::default(),
-            duration: Family::new_with_constructor(write_histogram),
+            duration: Family::new_with_constructor(super::api::request_histogram),
         };
         registry.register(
             "wasmformer_writes",
