@@ -510,6 +510,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("CALLS", true),
         ("FAILED", true),
         ("QUEUE", true),
+        ("WRITES", true),
         ("SYNCED", false),
     ] {
         let start = header.find(column).unwrap();

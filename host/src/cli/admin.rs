@@ -57,6 +57,17 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 fn plugin_table(status: &serde_json::Value) -> String {
     let number =
         |v: &serde_json::Value| v.as_u64().map_or_else(|| "-".to_owned(), |n| n.to_string());
+    // Writes that succeeded out of those attempted (`/status` has the refusals by cause).
+    let writes = |w: &serde_json::Value| {
+        let count = |key: &str| w[key].as_u64().unwrap_or(0);
+        let ok = count("ok");
+        let attempted = ok + count("refusedByGrant") + count("forbiddenByServer") + count("failed");
+        if attempted == 0 {
+            "-".to_owned()
+        } else {
+            format!("{ok}/{attempted}")
+        }
+    };
     let rows: Vec<Vec<String>> = status["plugins"]
         .as_array()
         .into_iter()
@@ -74,6 +85,7 @@ fn plugin_table(status: &serde_json::Value) -> String {
                 number(&p["calls"]),
                 number(&p["failures"]),
                 number(&p["queueDepth"]),
+                writes(&p["writes"]),
                 if p["synced"] == true { "yes" } else { "no" }.to_owned(),
                 error("lastSwapError")
                     .or_else(|| error("lastError"))
@@ -88,11 +100,12 @@ fn plugin_table(status: &serde_json::Value) -> String {
         "CALLS",
         "FAILED",
         "QUEUE",
+        "WRITES",
         "SYNCED",
         "LAST ERROR",
     ];
     // Counters are right-aligned; the last column is not padded.
-    let right = [false, false, true, true, true, true, false, false];
+    let right = [false, false, true, true, true, true, true, false, false];
     let widths: Vec<usize> = (0..headers.len())
         .map(|c| {
             rows.iter()
@@ -151,4 +164,30 @@ pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_writes_that_succeeded_out_of_those_attempted() {
+        let status = serde_json::json!({"plugins": [
+            {"name": "writer", "version": "0123456789abcdef", "swaps": 0, "calls": 9,
+             "failures": 0, "queueDepth": 0, "synced": true,
+             "writes": {"ok": 7, "refusedByGrant": 2, "forbiddenByServer": 1, "failed": 1}},
+            {"name": "reader", "version": "fedcba9876543210", "swaps": 0, "calls": 9,
+             "failures": 0, "queueDepth": 0, "synced": true,
+             "writes": {"ok": 0, "refusedByGrant": 0, "forbiddenByServer": 0, "failed": 0}},
+        ]});
+        let table = plugin_table(&status);
+        let cell = |row: &str| {
+            let header = table.lines().next().unwrap();
+            let end = header.find("WRITES").unwrap() + "WRITES".len();
+            let line = table.lines().find(|l| l.starts_with(row)).unwrap();
+            line[..end].split_whitespace().last().unwrap().to_owned()
+        };
+        assert_eq!(cell("writer"), "7/11", "{table}");
+        assert_eq!(cell("reader"), "-", "{table}");
+    }
 }
