@@ -52,6 +52,23 @@ pub fn store_with(
     Arc::new(Store::with_objects(gvk, indexes, true, objects).expect("objects a store admits"))
 }
 
+/// A dev cluster with the namespace `namespace` created, and a client for it.
+pub async fn dev_cluster_with_namespace(
+    namespace: &str,
+) -> (wasmformer_devcluster::DevCluster, kube::Client) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let dev = wasmformer_devcluster::DevCluster::start(Default::default())
+        .await
+        .expect("dev cluster starts");
+    let client = dev.client().expect("client");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    kube::Api::<Namespace>::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .expect("the namespace is created");
+    (dev, client)
+}
+
 /// `../shared/fixtures/pod-realistic.json`, the object of record for benchmarks.
 pub fn realistic_pod() -> Value {
     let path = shared_dir().join("fixtures/pod-realistic.json");

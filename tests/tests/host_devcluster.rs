@@ -11,9 +11,7 @@ use serde_json::json;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{Runtime, RuntimeOptions};
-use wasmformer_devcluster::{
-    DevCluster, DevClusterConfig, ObjectKey, Preconditions, ResourceId, Verb,
-};
+use wasmformer_devcluster::{DevCluster, ObjectKey, Preconditions, ResourceId, Verb};
 use wasmformer_tests::{Recorded, guests, summary};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -26,21 +24,7 @@ struct Setup {
 }
 
 async fn setup(namespace: &str) -> Setup {
-    let dev = DevCluster::start(DevClusterConfig::default())
-        .await
-        .expect("dev cluster starts");
-    let client = dev.client().expect("client");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(namespace.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let (dev, client) = wasmformer_tests::dev_cluster_with_namespace(namespace).await;
     Setup {
         pods: Api::namespaced(client.clone(), namespace),
         client,

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use prometheus_parse::{Sample, Scrape, Value};
 use serde_json::json;
@@ -16,7 +16,6 @@ use sha2::Digest;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
-use wasmformer_devcluster::{DevCluster, DevClusterConfig};
 use wasmformer_tests::{Recorded, guests, with_custom_section};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -107,21 +106,7 @@ async fn wait_calls(runtime: &Runtime, expected: &[(&str, u64)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_events_traps_lister_reads_and_swaps() {
-    let dev = DevCluster::start(DevClusterConfig::default())
-        .await
-        .expect("dev cluster starts");
-    let client = dev.client().expect("client");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(NS.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let (_dev, client) = wasmformer_tests::dev_cluster_with_namespace(NS).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
     let dir = tempfile::tempdir().unwrap();

@@ -6,13 +6,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{Runtime, RuntimeOptions};
-use wasmformer_devcluster::{DevCluster, DevClusterConfig};
 use wasmformer_tests::guests;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -60,21 +59,7 @@ fn cell(dom: &str, row_attr: &str, key: &str, field: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_shows_what_status_says() {
-    let dev = DevCluster::start(DevClusterConfig::default())
-        .await
-        .expect("dev cluster starts");
-    let client = dev.client().expect("client");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some("paged".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let (_dev, client) = wasmformer_tests::dev_cluster_with_namespace("paged").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "paged");
     let yaml = format!(
         "plugins:\n  - name: rec\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: paged}}]\n  - name: pan\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod, namespace: paged}}]\n",
