@@ -38,6 +38,23 @@ struct Host {
 
 impl Host {
     fn start(server: &KubeApiserver, dir: &std::path::Path, ns: &str, identity: &str) -> Self {
+        let plugins = format!(
+            "  - name: rec\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}}}\n",
+            wasm = guests::RECORDER,
+        );
+        Self::launch(server, dir, ns, identity, "host", &plugins)
+    }
+
+    /// `wasmformer run` as `identity`, electing with `scope` (`host` or `plugin`), with
+    /// `plugins` (the YAML list's entries).
+    fn launch(
+        server: &KubeApiserver,
+        dir: &std::path::Path,
+        ns: &str,
+        identity: &str,
+        scope: &str,
+        plugins: &str,
+    ) -> Self {
         let admin = free_port();
         let config = dir.join(format!("{identity}.yaml"));
         std::fs::write(
@@ -45,10 +62,9 @@ impl Host {
             format!(
                 "cluster: {{kubeconfig: {kubeconfig}}}\n\
                  host:\n  adminAddress: 127.0.0.1:{admin}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
-                 leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}}}\n\
-                 plugins:\n  - name: rec\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}}}\n",
+                 leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}, scope: {scope}}}\n\
+                 plugins:\n{plugins}",
                 kubeconfig = server.kubeconfig("admin").display(),
-                wasm = guests::RECORDER,
             ),
         )
         .unwrap();
@@ -351,4 +367,216 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
         term_failover.as_secs_f64()
     );
     drop(a);
+}
+
+/// The plugins `host` leads, from `/status` (`leadership.plugins[].leader`).
+fn led(host: &Host) -> Option<std::collections::BTreeSet<String>> {
+    let leadership = host.leadership()?;
+    Some(
+        leadership["plugins"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["leader"] == json!(true))
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// Waits until `hosts` lead disjoint sets of plugins, of the sizes `sizes`, covering all of
+/// `plugins`; returns each host's set.
+fn wait_for_split(
+    hosts: &[&Host],
+    plugins: &[String],
+    sizes: &[usize],
+) -> Vec<std::collections::BTreeSet<String>> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sets: Vec<_> = hosts.iter().map(|h| led(h).unwrap_or_default()).collect();
+        let union: std::collections::BTreeSet<&String> = sets.iter().flatten().collect();
+        let total: usize = sets.iter().map(|s| s.len()).sum();
+        let sized = sets.iter().map(|s| s.len()).collect::<Vec<_>>() == sizes;
+        if sized && total == plugins.len() && union.len() == plugins.len() {
+            return sets;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no split {sizes:?} of {plugins:?}: {sets:?}\n{}",
+            hosts.iter().map(|h| h.log()).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A recorder call's `(host, plugin)`: the tag is `<host>/<plugin>`.
+fn host_and_plugin(call: &Call) -> (&str, &str) {
+    call.host.split_once('/').expect("tag host/plugin")
+}
+
+/// `scope: plugin`: three replicas split six plugins 2/2/2 (each plugin handled by exactly one
+/// replica); SIGKILL one and its two plugins move to the others (3/3), and every change made
+/// after the takeover is handled exactly once per plugin, by its new owner.
+#[test]
+fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_others() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let server = KubeApiserver::shared();
+    let ns = tokio.block_on(server.namespace("share"));
+    let api: Api<ConfigMap> = Api::namespaced(tokio.block_on(server.admin()), &ns);
+    let dir = tempfile::tempdir().unwrap();
+    let plugins: Vec<String> = (0..6).map(|i| format!("rec-{i}")).collect();
+    for i in 0..3 {
+        write(&tokio, &api, &format!("before-{i}"), "0");
+    }
+    let config_for = |identity: &str| -> String {
+        plugins
+            .iter()
+            .map(|p| {
+                format!(
+                    "  - name: {p}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}/{p}}}\n",
+                    wasm = guests::RECORDER,
+                )
+            })
+            .collect()
+    };
+    let launch = |identity: &str| {
+        Host::launch(
+            server,
+            dir.path(),
+            &ns,
+            identity,
+            "plugin",
+            &config_for(identity),
+        )
+    };
+    let (a, b, mut c) = (launch("host-a"), launch("host-b"), launch("host-c"));
+
+    // The split settles at 2/2/2: a replica takes no more than its fair share.
+    let split = wait_for_split(&[&a, &b, &c], &plugins, &[2, 2, 2]);
+    for host in [&a, &b, &c] {
+        let leadership = host.leadership().unwrap();
+        assert_eq!(leadership["scope"], json!("plugin"));
+        assert_eq!(leadership["replicas"], json!(3), "{leadership:#}");
+        assert_eq!(leadership["fairShare"], json!(2), "{leadership:#}");
+        assert_eq!(host.metric("wasmformer_leader"), Some(1.0));
+    }
+    let first_of_a = split[0].iter().next().unwrap();
+    assert_eq!(
+        a.metric(&format!(
+            "wasmformer_plugin_leader{{plugin=\"{first_of_a}\"}}"
+        )),
+        Some(1.0)
+    );
+    // Every plugin handles a change once, on the replica that leads it.
+    let owners = |sets: &[std::collections::BTreeSet<String>], ids: &[&str]| {
+        let mut owners = std::collections::BTreeMap::new();
+        for (set, id) in sets.iter().zip(ids) {
+            for plugin in set {
+                owners.insert(plugin.clone(), (*id).to_owned());
+            }
+        }
+        owners
+    };
+    let split_owners = owners(&split, &["host-a", "host-b", "host-c"]);
+    let all_calls =
+        |hosts: &[&Host]| -> Vec<Call> { hosts.iter().flat_map(|h| h.calls()).collect() };
+    let handled_by_each_plugin = |calls: &[Call], name: &str, rv: &str| {
+        calls_of(calls, name, rv)
+            .iter()
+            .map(|c| host_and_plugin(c).1.to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == plugins.len()
+    };
+    let rv = write(&tokio, &api, "after-split", "1");
+    let deadline = Instant::now() + WAIT;
+    while !handled_by_each_plugin(&all_calls(&[&a, &b, &c]), "after-split", &rv) {
+        assert!(
+            Instant::now() < deadline,
+            "after-split handled by every plugin"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let calls = all_calls(&[&a, &b, &c]);
+    for plugin in &plugins {
+        let by: Vec<&str> = calls_of(&calls, "after-split", &rv)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| host_and_plugin(c).0)
+            .collect();
+        assert_eq!(
+            by,
+            [split_owners[plugin].as_str()],
+            "{plugin} handled once, by its leader"
+        );
+    }
+
+    // SIGKILL C: its two plugins move to A and B, which end with three each.
+    c.signal(libc::SIGKILL);
+    c.wait();
+    let rv = write(&tokio, &api, "during-takeover", "1");
+    let during = ("during-takeover".to_owned(), rv);
+    let moved = wait_for_split(&[&a, &b], &plugins, &[3, 3]);
+    for (before, after) in split[..2].iter().zip(&moved) {
+        assert!(
+            before.is_subset(after),
+            "a survivor keeps its plugins: {before:?} ⊄ {after:?}"
+        );
+    }
+    let moved_owners = owners(&moved, &["host-a", "host-b"]);
+    let rv = write(&tokio, &api, "after-takeover", "1");
+    let after = ("after-takeover".to_owned(), rv);
+    let deadline = Instant::now() + WAIT;
+    while ![&during, &after]
+        .iter()
+        .all(|(name, rv)| handled_by_each_plugin(&all_calls(&[&a, &b]), name, rv))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the changes around the takeover handled by every plugin:\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survivors = all_calls(&[&a, &b]);
+    for plugin in &plugins {
+        let owner = moved_owners[plugin].as_str();
+        // Made after the takeover: handled once, live, by the new owner.
+        let by: Vec<(&str, bool)> = calls_of(&survivors, &after.0, &after.1)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| (host_and_plugin(c).0, c.initial))
+            .collect();
+        assert_eq!(
+            by,
+            [(owner, false)],
+            "{plugin}: after-takeover handled once by {owner}"
+        );
+        // Made during it: not lost — the new owner handled it (live, or as an initial add from
+        // its warm cache when it took over), and no one else did after the kill.
+        let by: Vec<&str> = calls_of(&survivors, &during.0, &during.1)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| host_and_plugin(c).0)
+            .collect();
+        assert_eq!(
+            by,
+            [owner],
+            "{plugin}: during-takeover handled once by {owner}"
+        );
+    }
+    // No live event is handled twice by one plugin, across all replicas.
+    let everything = [survivors, c.calls()].concat();
+    let live: Vec<&Call> = everything.iter().filter(|c| !c.initial).collect();
+    for call in &live {
+        let same = live
+            .iter()
+            .filter(|o| {
+                host_and_plugin(o).1 == host_and_plugin(call).1
+                    && (&o.event, &o.name, &o.resource_version)
+                        == (&call.event, &call.name, &call.resource_version)
+            })
+            .count();
+        assert_eq!(same, 1, "one live call of {call:?}");
+    }
+    drop((a, b));
 }

@@ -6,6 +6,7 @@ mod connect;
 mod discovery;
 mod leader;
 mod reload;
+mod share;
 mod writes;
 
 use std::collections::BTreeMap;
@@ -17,12 +18,12 @@ use kube::discovery::ApiResource;
 
 pub use connect::{ConnectError, connect};
 pub use discovery::Discovery;
-pub use leader::LeadershipReport;
+pub use leader::{LeadershipReport, PluginLeadership};
 use reload::Request;
 pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
-use crate::config::{HostConfig, KindRef, PluginConfig};
+use crate::config::{HostConfig, KindRef, LeaseScope, PluginConfig};
 use crate::dispatch::{
     DispatchedPlugin, Gate, HandledKind, PluginStatus, StatusReport, Terms, TimedError, rfc3339,
 };
@@ -113,8 +114,10 @@ pub struct Runtime {
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
     writes: writes::Writes,
     metrics: Arc<Metrics>,
-    /// The leader election, when `host.leaderElection.enabled`.
+    /// The leader election, when `host.leaderElection.enabled` with `scope: host`.
     election: Option<Arc<leader::Election>>,
+    /// The plugins' elections, when `host.leaderElection.enabled` with `scope: plugin`.
+    share: Option<Arc<share::Share>>,
     /// The leadership term plugins are gated by (see [`Gate`]).
     terms: Terms,
     /// With election: every configured plugin's informers, held whether or not this replica
@@ -154,15 +157,25 @@ impl Runtime {
         let factory = InformerFactory::new(client.clone(), options.watch);
         metrics.register_informers(informer_sampler(factory.clone()));
         let terms = Terms::default();
-        let election = config.host.leader_election.enabled.then(|| {
-            metrics.set_leader(false);
-            leader::Election::start(
-                client.clone(),
-                config.host.leader_election.clone(),
-                terms.clone(),
-            )
-        });
-        let (election, transitions) = election.unzip();
+        let settings = config.host.leader_election.clone();
+        let (sender, transitions) = tokio::sync::mpsc::unbounded_channel();
+        let (election, share) = match (settings.enabled, settings.scope) {
+            (false, _) => (None, None),
+            (true, LeaseScope::Host) => {
+                metrics.set_leader(false);
+                let election =
+                    leader::Election::start(client.clone(), settings, terms.clone(), sender);
+                (Some(election), None)
+            }
+            (true, LeaseScope::Plugin) => {
+                metrics.set_leader(false);
+                (
+                    None,
+                    Some(share::Share::new(client.clone(), settings, sender)),
+                )
+            }
+        };
+        let elected = election.is_some() || share.is_some();
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory,
@@ -175,6 +188,7 @@ impl Runtime {
             failed: Default::default(),
             reloads,
             election,
+            share: share.clone(),
             terms,
             warm: Default::default(),
             started_at: std::time::SystemTime::now(),
@@ -186,30 +200,77 @@ impl Runtime {
             }
         }
         tokio::spawn(reload::serve(Arc::downgrade(&runtime), requests));
-        if let Some(transitions) = transitions {
+        if elected {
             tokio::spawn(follow_leadership(Arc::downgrade(&runtime), transitions));
+        }
+        if let Some(share) = share {
+            tokio::spawn(share::balance(Arc::downgrade(&runtime), share));
         }
         runtime
     }
 
     /// Leadership as `/status` shows it.
     pub fn leadership(&self) -> LeadershipReport {
-        match &self.election {
-            Some(election) => election.report(),
-            None => LeadershipReport {
-                enabled: false,
-                leader: true,
-                identity: None,
+        if let Some(election) = &self.election {
+            return election.report();
+        }
+        if let Some(share) = &self.share {
+            let (plugins, since) = share.reports();
+            return LeadershipReport {
+                enabled: true,
+                leader: plugins.iter().any(|p| p.leader),
+                identity: Some(share.identity().to_owned()),
                 holder: None,
                 lease: None,
-                since: Some(rfc3339(self.started_at)),
-            },
+                since: Some(rfc3339(since.unwrap_or(self.started_at))),
+                scope: "plugin",
+                replicas: share.replicas(),
+                fair_share: share.fair_share(),
+                plugins,
+            };
+        }
+        LeadershipReport {
+            enabled: false,
+            leader: true,
+            identity: None,
+            holder: None,
+            lease: None,
+            since: Some(rfc3339(self.started_at)),
+            scope: "host",
+            replicas: None,
+            fair_share: None,
+            plugins: Vec::new(),
         }
     }
 
-    /// Whether this replica calls handlers (always, without leader election).
+    /// Whether this replica calls handlers (always, without leader election); under
+    /// `scope: plugin`, whether it leads at least one plugin.
     pub fn is_leading(&self) -> bool {
-        self.election.as_ref().is_none_or(|e| e.is_leading())
+        match (&self.election, &self.share) {
+            (Some(election), _) => election.is_leading(),
+            (None, Some(share)) => share.leads_any(),
+            (None, None) => true,
+        }
+    }
+
+    /// This replica's identity in the Leases; `None` without leader election.
+    fn identity(&self) -> Option<&str> {
+        match (&self.election, &self.share) {
+            (Some(election), _) => Some(election.identity()),
+            (None, Some(share)) => Some(share.identity()),
+            (None, None) => None,
+        }
+    }
+
+    /// Under `scope: plugin`: whether `name` is configured and another replica leads it (or
+    /// none does yet), so this one keeps only its informers warm.
+    async fn stands_by(&self, name: &str) -> bool {
+        let Some(share) = &self.share else {
+            return false;
+        };
+        self.config().plugin(name).is_some()
+            && !share.leads(name)
+            && !self.plugins.lock().await.contains_key(name)
     }
 
     /// On the reload task: this replica became leader in `term`; starts every configured plugin
@@ -227,6 +288,50 @@ impl Runtime {
                 self.record_failure(plugin.name.as_str(), &e);
             }
         }
+    }
+
+    /// On the reload task, `scope: plugin`: this replica leads `name` in `term`; starts it from
+    /// its warm cache.
+    async fn lead_plugin(&self, name: &str, term: u64) {
+        let Some(share) = &self.share else {
+            return;
+        };
+        if share.get(name).is_none_or(|e| e.terms().current() != term)
+            || self.plugins.lock().await.contains_key(name)
+        {
+            return; // already over, or running
+        }
+        let Some(plugin) = self.config().plugin(name).cloned() else {
+            return;
+        };
+        if let Err(e) = self.start_plugin(plugin).await {
+            self.record_failure(name, &e);
+        }
+    }
+
+    /// On the reload task, `scope: plugin`: this replica stopped leading `name`. Its gate closed
+    /// already; this drops what its worker had queued, keeping the informers warm.
+    async fn follow_plugin(&self, name: &str) {
+        let removed = self.plugins.lock().await.remove(name);
+        if let Some(removed) = removed {
+            tokio::task::spawn_blocking(move || removed.dispatched.stop(Duration::ZERO))
+                .await
+                .expect("plugin stop task panicked");
+            tracing::info!(plugin.id = %name, "plugin stands by: another replica may lead it");
+        }
+    }
+
+    /// On the reload task, `scope: plugin`: gives `name` back (this replica leads more than its
+    /// share): closes its gate, stops its worker (a call in progress ends first), and only then
+    /// releases its Lease, so no two replicas call its handlers at once.
+    async fn hand_back(&self, name: &str) {
+        let Some(election) = self.share.as_ref().and_then(|s| s.get(name)) else {
+            return;
+        };
+        election.withdraw();
+        self.follow_plugin(name).await;
+        election.stand().await;
+        tracing::info!(plugin.id = %name, "plugin handed back");
     }
 
     /// On the reload task: this replica stopped leading. The gate closed already (workers call
@@ -306,20 +411,25 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
-        let gate = match &self.election {
+        let terms = match (&self.election, &self.share) {
+            (None, None) => None,
+            (_, Some(share)) => Some(share.election(&name).terms().clone()),
+            (Some(_), None) => Some(self.terms.clone()),
+        };
+        let gate = match terms {
             None => Gate::always(),
-            Some(election) => {
+            Some(terms) => {
                 self.warm
                     .lock()
                     .expect("warm lock")
                     .insert(name.clone(), listers.clone());
-                let term = self.terms.current();
+                let term = terms.current();
                 if term == 0 {
-                    tracing::info!(plugin.id = %name, leader.identity = %election.identity(), "following: plugin's informers kept warm, no handlers called");
+                    tracing::info!(plugin.id = %name, leader.identity = self.identity().unwrap_or_default(), "following: plugin's informers kept warm, no handlers called");
                     self.failed.lock().expect("failed lock").remove(&name);
                     return Ok(());
                 }
-                self.terms.gate(term)
+                terms.gate(term)
             }
         };
         let grants = self.writes.grant(&plugin, grants, &self.metrics);
@@ -485,21 +595,33 @@ impl Runtime {
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(PluginStatus::failed_report(name, error.clone()));
         }
+        if self.share.is_some() {
+            // Under `scope: plugin`, the plugins another replica leads: warm informers only.
+            let warm = self.warm.lock().expect("warm lock");
+            for (name, listers) in warm.iter() {
+                if reports.iter().all(|r| &r.name != name) {
+                    let synced = listers.iter().all(Lister::has_synced);
+                    reports.push(PluginStatus::standby_report(name, synced));
+                }
+            }
+        }
         reports.sort_by(|a, b| a.name.cmp(&b.name));
         reports
     }
 
     /// Whether every running plugin has processed its initial list.
     pub async fn is_synced(&self) -> bool {
-        if !self.is_leading() {
-            // A follower is ready when its caches are: it can take over without a list.
-            return self
-                .warm
-                .lock()
-                .expect("warm lock")
-                .values()
-                .flatten()
-                .all(Lister::has_synced);
+        // With election, a replica is ready when its caches are: it can take over any plugin
+        // without a list.
+        let warm = self
+            .warm
+            .lock()
+            .expect("warm lock")
+            .values()
+            .flatten()
+            .all(Lister::has_synced);
+        if !warm {
+            return false;
         }
         self.plugins
             .lock()
@@ -533,6 +655,9 @@ impl Runtime {
         if let Some(election) = &self.election {
             election.release().await;
         }
+        if let Some(share) = &self.share {
+            share.release_all().await;
+        }
     }
 
     /// [`Runtime::shutdown`], on the reload task.
@@ -558,20 +683,39 @@ impl Runtime {
 /// metrics, until the runtime is dropped.
 async fn follow_leadership(
     runtime: std::sync::Weak<Runtime>,
-    mut transitions: tokio::sync::mpsc::UnboundedReceiver<leader::Transition>,
+    mut transitions: tokio::sync::mpsc::UnboundedReceiver<(Option<String>, leader::Transition)>,
 ) {
-    while let Some(transition) = transitions.recv().await {
+    use leader::Transition::{Follow, Lead};
+    while let Some((plugin, transition)) = transitions.recv().await {
         let Some(runtime) = runtime.upgrade() else {
             return;
         };
-        let leading = matches!(transition, leader::Transition::Lead(_));
-        runtime.metrics.leader_transition(leading);
-        match transition {
-            leader::Transition::Lead(term) => {
-                runtime.request(|reply| Request::Lead(term, reply)).await
+        let leading = matches!(transition, Lead(_));
+        match plugin {
+            None => {
+                runtime.metrics.leader_transition(leading);
+                match transition {
+                    Lead(term) => runtime.request(|reply| Request::Lead(term, reply)).await,
+                    Follow => runtime.request(Request::Follow).await,
+                };
             }
-            leader::Transition::Follow => runtime.request(Request::Follow).await,
-        };
+            Some(plugin) => {
+                runtime.metrics.plugin_leader(&plugin, leading);
+                runtime.metrics.leader_transition(runtime.is_leading());
+                match transition {
+                    Lead(term) => {
+                        runtime
+                            .request(|reply| Request::LeadPlugin(plugin, term, reply))
+                            .await
+                    }
+                    Follow => {
+                        runtime
+                            .request(|reply| Request::FollowPlugin(plugin, reply))
+                            .await
+                    }
+                };
+            }
+        }
     }
 }
 
