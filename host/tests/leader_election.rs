@@ -369,15 +369,28 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
     drop(a);
 }
 
-/// The plugins `host` leads, from `/status` (`leadership.plugins[].leader`).
+/// The plugins `host` leads and runs, from `/status`: its Lease is this replica's
+/// (`leadership.plugins[].leader`) and the plugin has started and delivered the warm cache
+/// (`plugins[].version` set, `synced`), so a change made now reaches it as a live event.
 fn led(host: &Host) -> Option<std::collections::BTreeSet<String>> {
-    let leadership = host.leadership()?;
+    let url = format!("http://127.0.0.1:{}/status", host.admin);
+    let mut response = ureq::get(&url).call().ok()?;
+    let status: Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+    let running = |name: &str| {
+        status["plugins"].as_array().is_some_and(|plugins| {
+            plugins.iter().any(|p| {
+                p["name"] == json!(name) && p["version"] != json!("") && p["synced"] == json!(true)
+            })
+        })
+    };
     Some(
-        leadership["plugins"]
+        status["leadership"]["plugins"]
             .as_array()?
             .iter()
             .filter(|p| p["leader"] == json!(true))
-            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .filter_map(|p| p["name"].as_str())
+            .filter(|name| running(name))
+            .map(str::to_owned)
             .collect(),
     )
 }
@@ -447,10 +460,12 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
             &config_for(identity),
         )
     };
+    let started = Instant::now();
     let (a, b, mut c) = (launch("host-a"), launch("host-b"), launch("host-c"));
 
     // The split settles at 2/2/2: a replica takes no more than its fair share.
     let split = wait_for_split(&[&a, &b, &c], &plugins, &[2, 2, 2]);
+    let split_after = started.elapsed();
     for host in [&a, &b, &c] {
         let leadership = host.leadership().unwrap();
         assert_eq!(leadership["scope"], json!("plugin"));
@@ -511,10 +526,12 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
 
     // SIGKILL C: its two plugins move to A and B, which end with three each.
     c.signal(libc::SIGKILL);
+    let killed = Instant::now();
     c.wait();
     let rv = write(&tokio, &api, "during-takeover", "1");
     let during = ("during-takeover".to_owned(), rv);
     let moved = wait_for_split(&[&a, &b], &plugins, &[3, 3]);
+    let moved_after = killed.elapsed();
     for (before, after) in split[..2].iter().zip(&moved) {
         assert!(
             before.is_subset(after),
@@ -578,5 +595,10 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
             .count();
         assert_eq!(same, 1, "one live call of {call:?}");
     }
+    println!(
+        "scope plugin: 2/2/2 split {:.2}s after starting three replicas; a killed replica's plugins running elsewhere after {:.2}s (leaseDuration 4s, retryPeriod 1s)",
+        split_after.as_secs_f64(),
+        moved_after.as_secs_f64()
+    );
     drop((a, b));
 }
