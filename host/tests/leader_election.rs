@@ -595,10 +595,35 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
             .count();
         assert_eq!(same, 1, "one live call of {call:?}");
     }
+
+    // SIGTERM B: it drains and releases every Lease it holds (its plugins' and its membership),
+    // so A, alone, takes all six without waiting for an expiry.
+    let mut b = b;
+    b.signal(libc::SIGTERM);
+    assert!(
+        b.wait().success(),
+        "host-b exits 0 on SIGTERM:\n{}",
+        b.log()
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(tokio.block_on(server.admin()), &ns);
+    let held_by_b: Vec<String> = tokio
+        .block_on(leases.list(&Default::default()))
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some("host-b"))
+        .filter_map(|l| l.metadata.name)
+        .collect();
+    assert!(
+        held_by_b.is_empty(),
+        "host-b released every Lease: {held_by_b:?}"
+    );
+    wait_for_split(&[&a], &plugins, &[6]);
     println!(
         "scope plugin: 2/2/2 split {:.2}s after starting three replicas; a killed replica's plugins running elsewhere after {:.2}s (leaseDuration 4s, retryPeriod 1s)",
         split_after.as_secs_f64(),
         moved_after.as_secs_f64()
     );
-    drop((a, b));
+    drop(a);
 }
