@@ -68,7 +68,9 @@ impl Default for LeaderElection {
 }
 
 impl LeaderElection {
-    /// Under `scope: plugin`, the Lease of plugin `plugin`: `<leaseName>-plugin-<plugin>`.
+    /// Under `scope: plugin`, the Lease of plugin `plugin`: `<leaseName>-plugin-<plugin>`, a
+    /// valid name of at most 134 characters (`leaseName` is then at most 63, a plugin name is a
+    /// DNS label).
     pub fn plugin_lease(&self, plugin: &str) -> String {
         format!("{}-plugin-{plugin}", self.lease_name)
     }
@@ -80,31 +82,6 @@ impl LeaderElection {
         use sha2::Digest;
         let digest = hex::encode(sha2::Sha256::digest(identity.as_bytes()));
         format!("{}-member-{}", self.lease_name, &digest[..10])
-    }
-
-    /// Under `scope: plugin`, every plugin whose Lease name would be too long, located under `at`
-    /// (`host.leaderElection`).
-    pub(super) fn check_plugin_leases<'a>(
-        &self,
-        at: &str,
-        plugins: impl IntoIterator<Item = &'a str>,
-        problems: &mut Vec<Problem>,
-    ) {
-        if self.scope != LeaseScope::Plugin {
-            return;
-        }
-        for plugin in plugins {
-            let lease = self.plugin_lease(plugin);
-            if lease.len() > 253 {
-                problems.push(Problem::new(
-                    format!("{at}.scope"),
-                    format!(
-                        "plugin {plugin}: its Lease name is {} characters long, more than 253; shorten leaseName or the plugin's name",
-                        lease.len()
-                    ),
-                ));
-            }
-        }
     }
 
     /// Every problem with these settings, located under `at` (`host.leaderElection`).
@@ -230,26 +207,22 @@ mod tests {
     }
 
     #[test]
-    fn plugin_scope_names_one_lease_per_plugin_and_checks_their_length() {
+    fn plugin_scope_names_one_lease_per_plugin_and_limits_the_lease_name() {
         let settings = LeaderElection {
             scope: LeaseScope::Plugin,
             lease_name: "x".repeat(64),
             ..LeaderElection::default()
         };
-        let long = "p".repeat(200);
-        let mut found = Vec::new();
-        settings.check("host.leaderElection", &mut found);
-        settings.check_plugin_leases("host.leaderElection", ["short", long.as_str()], &mut found);
-        let found: Vec<(String, String)> = found.into_iter().map(|p| (p.at, p.message)).collect();
-        assert_eq!(found.len(), 2, "{found:#?}");
+        let found = problems(&settings);
+        assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].0, "host.leaderElection.leaseName");
         assert!(found[0].1.contains("at most 63"), "{}", found[0].1);
-        assert_eq!(found[1].0, "host.leaderElection.scope");
-        assert!(
-            found[1].1.starts_with(&format!("plugin {long}:")),
-            "{}",
-            found[1].1
-        );
+        let longest = LeaderElection {
+            lease_name: "x".repeat(63),
+            ..settings
+        };
+        assert!(problems(&longest).is_empty());
+        assert!(check_name(&longest.plugin_lease(&"p".repeat(63))).is_ok());
         let defaults = LeaderElection::default();
         assert_eq!(defaults.plugin_lease("rec-0"), "wasmformer-plugin-rec-0");
         let member = defaults.member_lease("host_12");

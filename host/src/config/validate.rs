@@ -178,13 +178,6 @@ fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Prob
             ));
         }
     }
-    if let Some(host) = &host {
-        host.leader_election.check_plugin_leases(
-            "host.leaderElection",
-            plugins.iter().map(|p| p.name.as_str()),
-            &mut problems,
-        );
-    }
     match (cluster, host, problems.is_empty()) {
         (Some(cluster), Some(host), true) => Ok(HostConfig {
             cluster,
