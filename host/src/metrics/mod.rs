@@ -110,7 +110,7 @@ impl Metrics {
         let plugin_leader = Family::<PluginLabel, Gauge>::default();
         registry.register(
             "wasmformer_plugin_leader",
-            "With leaderElection.scope plugin: 1 while this replica calls the plugin's handlers",
+            "1 while this replica calls the plugin's handlers (it runs and, with leader election, leads it)",
             plugin_leader.clone(),
         );
         registry.register_collector(Box::new(process::ProcessCollector));
@@ -159,13 +159,21 @@ impl Metrics {
         self.leader_transitions.inc();
     }
 
-    /// Under `scope: plugin`: this replica started (`true`) or stopped leading `plugin`.
+    /// Whether this replica calls `plugin`'s handlers now: it started (`true`) or stopped leading
+    /// it, or the plugin started or stopped.
     pub fn plugin_leader(&self, plugin: &str, leading: bool) {
         self.plugin_leader
             .get_or_create(&PluginLabel {
                 plugin: plugin.to_owned(),
             })
             .set(i64::from(leading));
+    }
+
+    /// `plugin` is no longer configured: its `wasmformer_plugin_leader` series goes.
+    pub fn forget_plugin_leader(&self, plugin: &str) {
+        self.plugin_leader.remove(&PluginLabel {
+            plugin: plugin.to_owned(),
+        });
     }
 
     /// The registry in `format`.

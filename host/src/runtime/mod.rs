@@ -314,6 +314,7 @@ impl Runtime {
     async fn follow_plugin(&self, name: &str) {
         let removed = self.plugins.lock().await.remove(name);
         if let Some(removed) = removed {
+            self.metrics.plugin_leader(name, false);
             tokio::task::spawn_blocking(move || removed.dispatched.stop(Duration::ZERO))
                 .await
                 .expect("plugin stop task panicked");
@@ -427,6 +428,7 @@ impl Runtime {
                 if term == 0 {
                     tracing::info!(plugin.id = %name, leader.identity = self.identity().unwrap_or_default(), "following: plugin's informers kept warm, no handlers called");
                     self.failed.lock().expect("failed lock").remove(&name);
+                    self.metrics.plugin_leader(&name, false);
                     return Ok(());
                 }
                 terms.gate(term)
@@ -451,6 +453,7 @@ impl Runtime {
             gate,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
+        self.metrics.plugin_leader(&name, true);
         self.failed.lock().expect("failed lock").remove(&name);
         plugins.insert(
             name,
@@ -569,6 +572,7 @@ impl Runtime {
             .await
             .remove(name)
             .ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
+        self.metrics.forget_plugin_leader(name);
         let timeout = self.config().host.shutdown_timeout;
         tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout))
             .await
@@ -669,6 +673,9 @@ impl Runtime {
     /// Stops every running plugin, giving each `timeout` to deliver what it has queued.
     async fn stop_plugins(&self, timeout: Duration) {
         let plugins = std::mem::take(&mut *self.plugins.lock().await);
+        for name in plugins.keys() {
+            self.metrics.plugin_leader(name, false);
+        }
         let stops: Vec<_> = plugins
             .into_values()
             .map(|plugin| tokio::task::spawn_blocking(move || plugin.dispatched.stop(timeout)))
