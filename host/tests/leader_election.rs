@@ -56,15 +56,18 @@ impl Host {
         plugins: &str,
     ) -> Self {
         let admin = free_port();
+        let token = dir.join("admin-token");
+        std::fs::write(&token, "secret\n").unwrap();
         let config = dir.join(format!("{identity}.yaml"));
         std::fs::write(
             &config,
             format!(
                 "cluster: {{kubeconfig: {kubeconfig}}}\n\
-                 host:\n  adminAddress: 127.0.0.1:{admin}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
+                 host:\n  adminAddress: 127.0.0.1:{admin}\n  adminTokenFile: {token}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
                  leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}, scope: {scope}}}\n\
                  plugins:\n{plugins}",
                 kubeconfig = server.kubeconfig("admin").display(),
+                token = token.display(),
             ),
         )
         .unwrap();
@@ -115,6 +118,18 @@ impl Host {
                 })
             })
             .collect()
+    }
+
+    /// `POST /reload?plugin=NAME`: the plugin's outcome (`unchanged`, `standby`, …).
+    fn reload(&self, plugin: &str) -> String {
+        let url = format!("http://127.0.0.1:{}/reload?plugin={plugin}", self.admin);
+        let mut response = ureq::post(&url)
+            .header("Authorization", "Bearer secret")
+            .send_empty()
+            .expect("POST /reload");
+        let report: Value =
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+        report["plugins"][0]["outcome"].as_str().unwrap().to_owned()
     }
 
     fn log(&self) -> String {
@@ -473,7 +488,37 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
         assert_eq!(leadership["fairShare"], json!(2), "{leadership:#}");
         assert_eq!(host.metric("wasmformer_leader"), Some(1.0));
     }
+    for host in [&a, &b, &c] {
+        let url = format!("http://127.0.0.1:{}/status", host.admin);
+        let status: Value = serde_json::from_str(
+            &ureq::get(&url)
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            status["plugins"].as_array().map(Vec::len),
+            Some(6),
+            "every replica lists every plugin, those it stands by for included: {status:#}"
+        );
+    }
+    let not_of_a = plugins.iter().find(|p| !split[0].contains(*p)).unwrap();
+    assert_eq!(
+        a.reload(not_of_a),
+        "standby",
+        "a plugin another replica leads"
+    );
+    assert_eq!(
+        a.metric(&format!(
+            "wasmformer_plugin_leader{{plugin=\"{not_of_a}\"}}"
+        )),
+        Some(0.0)
+    );
     let first_of_a = split[0].iter().next().unwrap();
+    assert_eq!(a.reload(first_of_a), "unchanged", "a plugin it leads");
     assert_eq!(
         a.metric(&format!(
             "wasmformer_plugin_leader{{plugin=\"{first_of_a}\"}}"
