@@ -262,14 +262,16 @@ impl Runtime {
         }
     }
 
-    /// Under `scope: plugin`: whether `name` is configured and another replica leads it (or
-    /// none does yet), so this one keeps only its informers warm.
+    /// With leader election: whether `name` is configured and this replica does not run it
+    /// because another replica leads it (or none does yet), so it keeps only its informers warm.
     async fn stands_by(&self, name: &str) -> bool {
-        let Some(share) = &self.share else {
-            return false;
+        let leads = match (&self.election, &self.share) {
+            (None, None) => return false,
+            (Some(election), _) => election.is_leading(),
+            (None, Some(share)) => share.leads(name),
         };
         self.config().plugin(name).is_some()
-            && !share.leads(name)
+            && !leads
             && !self.plugins.lock().await.contains_key(name)
     }
 
@@ -599,8 +601,8 @@ impl Runtime {
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(PluginStatus::failed_report(name, error.clone()));
         }
-        if self.share.is_some() {
-            // Under `scope: plugin`, the plugins another replica leads: warm informers only.
+        if self.election.is_some() || self.share.is_some() {
+            // The plugins another replica leads: warm informers only.
             let warm = self.warm.lock().expect("warm lock");
             for (name, listers) in warm.iter() {
                 if reports.iter().all(|r| &r.name != name) {

@@ -51,8 +51,8 @@ pub enum ReloadOutcome {
     Rewired,
     /// It is no longer in the config and was stopped.
     Removed,
-    /// `scope: plugin`: another replica leads the plugin; this one loads the current wasm when
-    /// it takes the plugin over.
+    /// With leader election: another replica leads the plugin (or none yet); this one keeps its
+    /// informers warm and loads the current wasm when it takes the plugin over.
     Standby,
     /// The change failed; the previous version (if any) keeps running.
     Failed {
@@ -366,6 +366,7 @@ impl Runtime {
                     }
                 },
                 None => match self.start_plugin(plugin).await {
+                    Ok(()) if self.stands_by(&name).await => ReloadOutcome::Standby,
                     Ok(()) => ReloadOutcome::Added,
                     Err(e) => {
                         self.record_failure(&name, &e);

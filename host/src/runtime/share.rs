@@ -237,8 +237,23 @@ fn fair_share(plugins: usize, replicas: usize) -> usize {
     plugins.div_ceil(replicas.max(1))
 }
 
+/// This replica's preference for `plugin` (rendezvous hashing: lower is preferred). Replicas
+/// prefer different plugins, so two rarely race for the same free Lease, and a replica keeps the
+/// plugins it prefers when it hands some back.
+fn rank(identity: &str, plugin: &str) -> [u8; 8] {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(identity.as_bytes())
+        .chain_update([0])
+        .chain_update(plugin.as_bytes())
+        .finalize();
+    let mut rank = [0; 8];
+    rank.copy_from_slice(&digest[..8]);
+    rank
+}
+
 /// What one balancing round decides, given which plugins this replica leads, campaigns for
-/// without leading yet, and could take (their Lease free or expired), in name order.
+/// without leading yet, and could take (their Lease free or expired), each in preference order.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Moves {
     /// Plugins to campaign for.
@@ -271,7 +286,7 @@ fn moves(holdings: &Holdings<'_>, share: usize) -> Moves {
     }
     let led = holdings.leading.len();
     if led > share {
-        // Keep the first `share` (name order), hand back the rest.
+        // Keep the `share` it prefers, hand back the rest.
         moves.hand_back = holdings.leading[share..]
             .iter()
             .map(|p| (*p).to_owned())
@@ -352,6 +367,10 @@ pub(super) async fn balance(runtime: Weak<Runtime>, share: Arc<Share>) {
                 holdings.takeable.push(name);
             }
         }
+        let identity = share.identity();
+        holdings.leading.sort_by_key(|p| rank(identity, p));
+        holdings.pending.sort_by_key(|(p, _)| rank(identity, p));
+        holdings.takeable.sort_by_key(|p| rank(identity, p));
         let moves = moves(&holdings, target);
         if moves != Moves::default() {
             tracing::info!(
@@ -400,6 +419,21 @@ mod tests {
 
     fn owned(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn replicas_prefer_different_plugins() {
+        let plugins: Vec<String> = (0..6).map(|i| format!("rec-{i}")).collect();
+        let first = |identity: &str| {
+            plugins
+                .iter()
+                .min_by_key(|p| rank(identity, p))
+                .unwrap()
+                .clone()
+        };
+        let firsts: std::collections::BTreeSet<String> =
+            ["host-a", "host-b", "host-c", "host-d"].map(first).into();
+        assert!(firsts.len() > 1, "{firsts:?}");
     }
 
     #[test]
