@@ -440,11 +440,12 @@ fn host_and_plugin(call: &Call) -> (&str, &str) {
     call.host.split_once('/').expect("tag host/plugin")
 }
 
-/// `scope: plugin`: three replicas split six plugins 2/2/2 (each plugin handled by exactly one
-/// replica); SIGKILL one and its two plugins move to the others (3/3), and every change made
-/// after the takeover is handled exactly once per plugin, by its new owner.
+/// `scope: plugin`: a replica alone leads six plugins; two more join and the three split them
+/// 2/2/2 (the first hands four back; each plugin handled by exactly one replica); SIGKILL one and
+/// its two plugins move to the others (3/3), and every change made after the takeover is handled
+/// exactly once per plugin, by its new owner; SIGTERM another and it releases every Lease.
 #[test]
-fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_others() {
+fn replicas_share_six_plugins_evenly_and_a_killed_replicas_plugins_move_to_the_others() {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let server = KubeApiserver::shared();
     let ns = tokio.block_on(server.namespace("share"));
@@ -475,12 +476,21 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
             &config_for(identity),
         )
     };
+    // A, alone, leads all six.
+    let a = launch("host-a");
+    wait_for_split(&[&a], &plugins, &[6]);
+    // B and C join together: A hands back four, and the split settles at 2/2/2 — neither
+    // newcomer takes more than its fair share.
     let started = Instant::now();
-    let (a, b, mut c) = (launch("host-a"), launch("host-b"), launch("host-c"));
-
-    // The split settles at 2/2/2: a replica takes no more than its fair share.
+    let (b, mut c) = (launch("host-b"), launch("host-c"));
     let split = wait_for_split(&[&a, &b, &c], &plugins, &[2, 2, 2]);
     let split_after = started.elapsed();
+    assert_eq!(
+        a.log().matches("plugin handed back").count(),
+        4,
+        "host-a handed back four plugins:\n{}",
+        a.log()
+    );
     for host in [&a, &b, &c] {
         let leadership = host.leadership().unwrap();
         assert_eq!(leadership["scope"], json!("plugin"));
@@ -666,7 +676,7 @@ fn three_replicas_split_six_plugins_and_a_killed_replicas_plugins_move_to_the_ot
     );
     wait_for_split(&[&a], &plugins, &[6]);
     println!(
-        "scope plugin: 2/2/2 split {:.2}s after starting three replicas; a killed replica's plugins running elsewhere after {:.2}s (leaseDuration 4s, retryPeriod 1s)",
+        "scope plugin: 6/0/0 rebalanced to 2/2/2 {:.2}s after two replicas joined; a killed replica's plugins running elsewhere after {:.2}s (leaseDuration 4s, retryPeriod 1s)",
         split_after.as_secs_f64(),
         moved_after.as_secs_f64()
     );
