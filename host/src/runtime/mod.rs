@@ -654,6 +654,9 @@ impl Runtime {
     /// timeout; informers stop with their last subscription. Waits for a reload in progress to
     /// end; reloads asked for afterwards are refused.
     pub async fn shutdown(&self) {
+        if let Some(share) = &self.share {
+            share.close();
+        }
         if self.request(Request::Shutdown).await.is_none() {
             // The task is gone (the runtime is being dropped): stop what is left here.
             self.stop_all().await;

@@ -303,13 +303,6 @@ impl Runtime {
             .lock()
             .expect("warm lock")
             .retain(|name, _| config.plugin(name).is_some());
-        if let Some(share) = &self.share {
-            for name in share.plugins() {
-                if config.plugin(&name).is_none() {
-                    share.forget(&name).await;
-                }
-            }
-        }
         {
             let mut current = self.config.lock().expect("config lock");
             current.plugins = config.plugins.clone();
@@ -328,6 +321,14 @@ impl Runtime {
                 },
             };
             report.plugins.push((name.clone(), outcome));
+        }
+        // Only once the removed plugins have stopped: their Leases may go to another replica.
+        if let Some(share) = &self.share {
+            for name in share.plugins() {
+                if config.plugin(&name).is_none() {
+                    share.forget(&name).await;
+                }
+            }
         }
         // A plugin that failed to start and is no longer configured leaves the status.
         let forgotten: Vec<String> = {

@@ -163,22 +163,37 @@ impl Share {
         )
     }
 
-    /// Ends every term and releases every Lease this replica holds, its membership last (after
-    /// the plugins have drained).
-    pub(super) async fn release_all(&self) {
+    /// Shutting down: the balance task takes and hands back nothing any more.
+    pub(super) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends every term and releases every Lease this replica holds, its membership last (after
+    /// the plugins have drained); then deletes the membership Lease (a restarted replica has a
+    /// new identity, so it would only be left behind).
+    pub(super) async fn release_all(&self) {
+        self.close();
         let elections = std::mem::take(&mut *self.plugins.lock().expect("share lock"));
         futures::future::join_all(elections.values().map(|e| e.release())).await;
         let member = self.member.lock().expect("share lock").take();
         if let Some(member) = member {
             member.release().await;
+            let name = self.settings.member_lease(&self.identity);
+            let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+            if let Err(e) = api.delete(&name, &Default::default()).await {
+                tracing::warn!(leader.lease = %name, error = %e, "cannot delete the membership lease");
+            }
         }
     }
 
-    /// The membership election, creating the labelled membership Lease first.
-    async fn membership(&self) -> Result<Arc<Election>, kube::Error> {
+    /// The membership election, creating the labelled membership Lease first; `None` once
+    /// shutting down.
+    async fn membership(&self) -> Result<Option<Arc<Election>>, kube::Error> {
         if let Some(member) = self.member.lock().expect("share lock").clone() {
-            return Ok(member);
+            return Ok(Some(member));
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Ok(None);
         }
         let name = self.settings.member_lease(&self.identity);
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
@@ -213,23 +228,58 @@ impl Share {
             },
             Terms::default(),
         );
-        *self.member.lock().expect("share lock") = Some(member.clone());
-        Ok(member)
+        let mut slot = self.member.lock().expect("share lock");
+        if self.closed.load(Ordering::SeqCst) {
+            drop(slot);
+            member.release().await;
+            return Ok(None);
+        }
+        *slot = Some(member.clone());
+        Ok(Some(member))
     }
 
-    /// Counts the unexpired membership Leases.
+    /// Counts the unexpired membership Leases, and deletes those of replicas gone for a while
+    /// (killed ones: a replica that stops deletes its own).
     async fn count_replicas(&self) -> Result<usize, kube::Error> {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.settings.namespace);
         let selector = format!("{MEMBER_LABEL}={}", self.settings.lease_name);
         let leases = api.list(&ListParams::default().labels(&selector)).await?;
         let now = SystemTime::now();
-        Ok(leases
-            .items
-            .iter()
-            .map(Observed::from_lease)
-            .filter(|seen| seen.holder.is_some() && !seen.is_takeable(now))
-            .count())
+        let mut live = 0;
+        for lease in &leases.items {
+            let seen = Observed::from_lease(lease);
+            if seen.holder.is_some() && !seen.is_takeable(now) {
+                live += 1;
+            } else if let Some(name) = lease.metadata.name.as_deref()
+                && is_abandoned(lease, now, self.settings.lease_duration)
+            {
+                let _ = api.delete(name, &Default::default()).await;
+                tracing::info!(leader.lease = %name, "deleted an abandoned membership lease");
+            }
+        }
+        Ok(live)
     }
+}
+
+/// Whether a membership Lease was neither renewed nor created within the last ten
+/// `leaseDuration`s (at least a minute): its replica is gone, and a new one would have renewed it.
+fn is_abandoned(lease: &Lease, now: SystemTime, lease_duration: std::time::Duration) -> bool {
+    let last = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| SystemTime::from(t.0))
+        .into_iter()
+        .chain(
+            lease
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| SystemTime::from(t.0)),
+        )
+        .max();
+    let idle = (lease_duration * 10).max(std::time::Duration::from_secs(60));
+    last.is_some_and(|last| now.duration_since(last).is_ok_and(|d| d > idle))
 }
 
 /// `ceil(plugins / replicas)`: each replica leads at most this many, so together they cover all.
@@ -325,7 +375,8 @@ pub(super) async fn balance(runtime: Weak<Runtime>, share: Arc<Share>) {
             return;
         }
         let member = match share.membership().await {
-            Ok(member) => member,
+            Ok(Some(member)) => member,
+            Ok(None) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot create this replica's membership lease");
                 continue;
@@ -419,6 +470,49 @@ mod tests {
 
     fn owned(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_membership_lease_is_abandoned_after_ten_lease_durations_or_a_minute() {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+        let now = SystemTime::now();
+        let lease = |created_secs_ago: u64, renewed_secs_ago: Option<u64>| Lease {
+            metadata: ObjectMeta {
+                creation_timestamp: Some(Time(
+                    (now - std::time::Duration::from_secs(created_secs_ago))
+                        .try_into()
+                        .unwrap(),
+                )),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: renewed_secs_ago.map(|ago| {
+                    MicroTime(
+                        (now - std::time::Duration::from_secs(ago))
+                            .try_into()
+                            .unwrap(),
+                    )
+                }),
+                ..LeaseSpec::default()
+            }),
+        };
+        let duration = std::time::Duration::from_secs(15);
+        assert!(
+            !is_abandoned(&lease(10, None), now, duration),
+            "just created"
+        );
+        assert!(!is_abandoned(&lease(1000, Some(100)), now, duration));
+        assert!(is_abandoned(&lease(1000, Some(200)), now, duration));
+        assert!(
+            is_abandoned(&lease(1000, None), now, duration),
+            "never held"
+        );
+        let short = std::time::Duration::from_secs(2);
+        assert!(
+            !is_abandoned(&lease(1000, Some(30)), now, short),
+            "at least a minute"
+        );
     }
 
     #[test]
