@@ -371,7 +371,7 @@ pub(super) async fn balance(runtime: Weak<Runtime>, share: Arc<Share>) {
     let mut counted_rounds = 0u32;
     loop {
         tokio::time::sleep(retry).await;
-        if share.closed.load(Ordering::SeqCst) {
+        if share.closed.load(Ordering::SeqCst) || runtime.strong_count() == 0 {
             return;
         }
         let member = match share.membership().await {
