@@ -497,6 +497,8 @@ fn replicas_share_six_plugins_evenly_and_a_killed_replicas_plugins_move_to_the_o
         assert_eq!(leadership["replicas"], json!(3), "{leadership:#}");
         assert_eq!(leadership["fairShare"], json!(2), "{leadership:#}");
         assert_eq!(host.metric("wasmformer_leader"), Some(1.0));
+        let ready = ureq::get(&format!("http://127.0.0.1:{}/readyz", host.admin)).call();
+        assert!(ready.is_ok(), "ready: its plugins and warm caches synced");
     }
     for host in [&a, &b, &c] {
         let url = format!("http://127.0.0.1:{}/status", host.admin);
