@@ -125,16 +125,22 @@ impl Runtime {
     }
 
     /// On the reload task, `scope: plugin`: gives `name` back (this replica leads more than its
-    /// share): closes its gate, stops its worker (a call in progress ends first), and only then
-    /// releases its Lease, so no two replicas call its handlers at once.
+    /// share, or withdraws a campaign): closes its gate, stops its worker (a call in progress
+    /// ends first), and only then releases its Lease, so no two replicas call its handlers at
+    /// once.
     pub(super) async fn hand_back(&self, name: &str) {
         let Some(election) = self.share.as_ref().and_then(|s| s.get(name)) else {
             return;
         };
+        let leading = election.is_leading();
         election.withdraw();
         self.follow_plugin(name).await;
         election.stand().await;
-        tracing::info!(plugin.id = %name, "plugin handed back");
+        if leading {
+            tracing::info!(plugin.id = %name, "plugin handed back");
+        } else {
+            tracing::info!(plugin.id = %name, "campaign withdrawn");
+        }
     }
 
     /// On the reload task: this replica stopped leading. The gate closed already (workers call

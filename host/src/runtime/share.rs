@@ -439,15 +439,12 @@ pub(super) async fn balance(runtime: Weak<Runtime>, share: Arc<Share>) {
                 e.campaign();
             }
         }
-        for plugin in &moves.withdraw {
-            if let Some(e) = share.get(plugin) {
-                e.stand().await;
-            }
-        }
         let Some(runtime) = runtime.upgrade() else {
             return;
         };
-        for plugin in moves.hand_back {
+        // A withdrawn campaign may have just won (its plugin starting): it is handed back the same
+        // way, so its worker stops before its Lease is released.
+        for plugin in moves.withdraw.into_iter().chain(moves.hand_back) {
             runtime
                 .request(|reply| Request::HandBack(plugin, reply))
                 .await;
