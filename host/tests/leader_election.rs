@@ -384,6 +384,37 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
     drop(a);
 }
 
+/// The page at `url` as headless Chromium renders it (`scripts/test` installs Debian's
+/// `chromium`), as in the status page's own test.
+fn chromium_dom(url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let output = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium is needed for this test (scripts/test installs the Debian package `chromium`)");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// The plugins `host` leads and runs, from `/status`: its Lease is this replica's
 /// (`leadership.plugins[].leader`) and the plugin has started and delivered the warm cache
 /// (`plugins[].version` set, `synced`), so a change made now reaches it as a live event.
@@ -517,6 +548,16 @@ fn replicas_share_six_plugins_evenly_and_a_killed_replicas_plugins_move_to_the_o
             "every replica lists every plugin, those it stands by for included: {status:#}"
         );
     }
+    // The status page says which plugins A leads and lists all six.
+    let dom = chromium_dom(&format!("http://127.0.0.1:{}/", a.admin));
+    let leads = split[0].iter().cloned().collect::<Vec<_>>().join(", ");
+    assert!(
+        dom.contains(&format!(
+            "host-a leads {leads} (3 replicas, fair share 2); stands by for"
+        )),
+        "{dom}"
+    );
+    assert_eq!(dom.matches("data-plugin=").count(), 6, "{dom}");
     let not_of_a = plugins.iter().find(|p| !split[0].contains(*p)).unwrap();
     assert_eq!(
         a.reload(not_of_a),
