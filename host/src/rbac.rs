@@ -132,8 +132,7 @@ pub fn objects(
                 namespaced: true,
             },
             "",
-            // kube-lease-manager reads, creates and patches (apply and strategic merge) the Lease.
-            &["create", "get", "patch", "update"],
+            lease_verbs(&config.host.leader_election),
         );
     }
     Ok(render(&rules, options))
@@ -141,9 +140,19 @@ pub fn objects(
 
 /// Whether the host campaigns for a Lease (`host.leaderElection.enabled`): then it needs
 /// `get`, `create`, `patch` and `update` on `coordination.k8s.io` `leases` in the Lease's
-/// namespace.
+/// namespace (and `list`, `watch` with `scope: plugin`).
 pub fn leader_election(config: &HostConfig) -> bool {
     config.host.leader_election.enabled
+}
+
+/// The verbs on `leases`: kube-lease-manager reads, creates and patches (apply and strategic
+/// merge) a Lease; with `scope: plugin` a replica also lists the membership Leases by label
+/// (`watch` is granted with `list`, as clients expect).
+fn lease_verbs(settings: &crate::config::LeaderElection) -> &'static [&'static str] {
+    match settings.scope {
+        crate::config::LeaseScope::Host => &["create", "get", "patch", "update"],
+        crate::config::LeaseScope::Plugin => &["create", "get", "list", "patch", "update", "watch"],
+    }
 }
 
 fn rule(group: &str, resource: &str, verbs: &BTreeSet<&'static str>) -> PolicyRule {
@@ -370,6 +379,25 @@ plugins:
         assert_eq!(
             lease_role["rules"][0]["verbs"],
             serde_json::json!(["create", "get", "patch", "update"])
+        );
+        let plugin_scope = yaml.replace("namespace: elect}", "namespace: elect, scope: plugin}");
+        let config = HostConfig::parse(&plugin_scope, "/".into()).unwrap();
+        let objects = super::objects(&config, &options, |_| {
+            Ok(Resource {
+                group: String::new(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            })
+        })
+        .unwrap();
+        let lease_role = objects
+            .iter()
+            .find(|o| o["rules"][0]["resources"][0] == "leases")
+            .expect("a Role for the Leases");
+        assert_eq!(
+            lease_role["rules"][0]["verbs"],
+            serde_json::json!(["create", "get", "list", "patch", "update", "watch"]),
+            "scope: plugin lists the membership Leases"
         );
     }
 }

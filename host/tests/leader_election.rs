@@ -38,17 +38,36 @@ struct Host {
 
 impl Host {
     fn start(server: &KubeApiserver, dir: &std::path::Path, ns: &str, identity: &str) -> Self {
+        let plugins = format!(
+            "  - name: rec\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}}}\n",
+            wasm = guests::RECORDER,
+        );
+        Self::launch(server, dir, ns, identity, "host", &plugins)
+    }
+
+    /// `wasmformer run` as `identity`, electing with `scope` (`host` or `plugin`), with
+    /// `plugins` (the YAML list's entries).
+    fn launch(
+        server: &KubeApiserver,
+        dir: &std::path::Path,
+        ns: &str,
+        identity: &str,
+        scope: &str,
+        plugins: &str,
+    ) -> Self {
         let admin = free_port();
+        let token = dir.join("admin-token");
+        std::fs::write(&token, "secret\n").unwrap();
         let config = dir.join(format!("{identity}.yaml"));
         std::fs::write(
             &config,
             format!(
                 "cluster: {{kubeconfig: {kubeconfig}}}\n\
-                 host:\n  adminAddress: 127.0.0.1:{admin}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
-                 leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}}}\n\
-                 plugins:\n  - name: rec\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}}}\n",
+                 host:\n  adminAddress: 127.0.0.1:{admin}\n  adminTokenFile: {token}\n  watchConfig: false\n  shutdownTimeout: 5s\n  \
+                 leaderElection: {{enabled: true, leaseName: wasmformer, namespace: {ns}, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, identity: {identity}, scope: {scope}}}\n\
+                 plugins:\n{plugins}",
                 kubeconfig = server.kubeconfig("admin").display(),
-                wasm = guests::RECORDER,
+                token = token.display(),
             ),
         )
         .unwrap();
@@ -99,6 +118,18 @@ impl Host {
                 })
             })
             .collect()
+    }
+
+    /// `POST /reload?plugin=NAME`: the plugin's outcome (`unchanged`, `standby`, …).
+    fn reload(&self, plugin: &str) -> String {
+        let url = format!("http://127.0.0.1:{}/reload?plugin={plugin}", self.admin);
+        let mut response = ureq::post(&url)
+            .header("Authorization", "Bearer secret")
+            .send_empty()
+            .expect("POST /reload");
+        let report: Value =
+            serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+        report["plugins"][0]["outcome"].as_str().unwrap().to_owned()
     }
 
     fn log(&self) -> String {
@@ -349,6 +380,348 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
         "failover after SIGKILL: {:.2}s (leaseDuration 4s + retryPeriod 1s); after SIGTERM: {:.2}s (retryPeriod 1s)",
         kill_failover.as_secs_f64(),
         term_failover.as_secs_f64()
+    );
+    drop(a);
+}
+
+/// The page at `url` as headless Chromium renders it (`scripts/test` installs Debian's
+/// `chromium`), as in the status page's own test.
+fn chromium_dom(url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let output = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium is needed for this test (scripts/test installs the Debian package `chromium`)");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The plugins `host` leads and runs, from `/status`: its Lease is this replica's
+/// (`leadership.plugins[].leader`) and the plugin has started and delivered the warm cache
+/// (`plugins[].version` set, `synced`), so a change made now reaches it as a live event.
+fn led(host: &Host) -> Option<std::collections::BTreeSet<String>> {
+    let url = format!("http://127.0.0.1:{}/status", host.admin);
+    let mut response = ureq::get(&url).call().ok()?;
+    let status: Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+    let running = |name: &str| {
+        status["plugins"].as_array().is_some_and(|plugins| {
+            plugins.iter().any(|p| {
+                p["name"] == json!(name) && p["version"] != json!("") && p["synced"] == json!(true)
+            })
+        })
+    };
+    Some(
+        status["leadership"]["plugins"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["leader"] == json!(true))
+            .filter_map(|p| p["name"].as_str())
+            .filter(|name| running(name))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Waits until `hosts` lead disjoint sets of plugins, of the sizes `sizes`, covering all of
+/// `plugins`; returns each host's set.
+fn wait_for_split(
+    hosts: &[&Host],
+    plugins: &[String],
+    sizes: &[usize],
+) -> Vec<std::collections::BTreeSet<String>> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sets: Vec<_> = hosts.iter().map(|h| led(h).unwrap_or_default()).collect();
+        let union: std::collections::BTreeSet<&String> = sets.iter().flatten().collect();
+        let total: usize = sets.iter().map(|s| s.len()).sum();
+        let sized = sets.iter().map(|s| s.len()).collect::<Vec<_>>() == sizes;
+        if sized && total == plugins.len() && union.len() == plugins.len() {
+            return sets;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no split {sizes:?} of {plugins:?}: {sets:?}\n{}",
+            hosts.iter().map(|h| h.log()).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A recorder call's `(host, plugin)`: the tag is `<host>/<plugin>`.
+fn host_and_plugin(call: &Call) -> (&str, &str) {
+    call.host.split_once('/').expect("tag host/plugin")
+}
+
+/// `scope: plugin`: a replica alone leads six plugins; two more join and the three split them
+/// 2/2/2 (the first hands four back; each plugin handled by exactly one replica); SIGKILL one and
+/// its two plugins move to the others (3/3), and every change made after the takeover is handled
+/// exactly once per plugin, by its new owner; SIGTERM another and it releases every Lease.
+#[test]
+fn replicas_share_six_plugins_evenly_and_a_killed_replicas_plugins_move_to_the_others() {
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let server = KubeApiserver::shared();
+    let ns = tokio.block_on(server.namespace("share"));
+    let api: Api<ConfigMap> = Api::namespaced(tokio.block_on(server.admin()), &ns);
+    let dir = tempfile::tempdir().unwrap();
+    let plugins: Vec<String> = (0..6).map(|i| format!("rec-{i}")).collect();
+    for i in 0..3 {
+        write(&tokio, &api, &format!("before-{i}"), "0");
+    }
+    let config_for = |identity: &str| -> String {
+        plugins
+            .iter()
+            .map(|p| {
+                format!(
+                    "  - name: {p}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {ns}}}]\n    config: {{tag: {identity}/{p}}}\n",
+                    wasm = guests::RECORDER,
+                )
+            })
+            .collect()
+    };
+    let launch = |identity: &str| {
+        Host::launch(
+            server,
+            dir.path(),
+            &ns,
+            identity,
+            "plugin",
+            &config_for(identity),
+        )
+    };
+    // A, alone, leads all six.
+    let a = launch("host-a");
+    wait_for_split(&[&a], &plugins, &[6]);
+    // B and C join together: A hands back four, and the split settles at 2/2/2 — neither
+    // newcomer takes more than its fair share.
+    let started = Instant::now();
+    let (b, mut c) = (launch("host-b"), launch("host-c"));
+    let split = wait_for_split(&[&a, &b, &c], &plugins, &[2, 2, 2]);
+    let split_after = started.elapsed();
+    assert_eq!(
+        a.log().matches("plugin handed back").count(),
+        4,
+        "host-a handed back four plugins:\n{}",
+        a.log()
+    );
+    for host in [&a, &b, &c] {
+        let leadership = host.leadership().unwrap();
+        assert_eq!(leadership["scope"], json!("plugin"));
+        assert_eq!(leadership["replicas"], json!(3), "{leadership:#}");
+        assert_eq!(leadership["fairShare"], json!(2), "{leadership:#}");
+        assert_eq!(host.metric("wasmformer_leader"), Some(1.0));
+        let ready = ureq::get(&format!("http://127.0.0.1:{}/readyz", host.admin)).call();
+        assert!(ready.is_ok(), "ready: its plugins and warm caches synced");
+    }
+    for host in [&a, &b, &c] {
+        let url = format!("http://127.0.0.1:{}/status", host.admin);
+        let status: Value = serde_json::from_str(
+            &ureq::get(&url)
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            status["plugins"].as_array().map(Vec::len),
+            Some(6),
+            "every replica lists every plugin, those it stands by for included: {status:#}"
+        );
+    }
+    // The status page says which plugins A leads and lists all six.
+    let dom = chromium_dom(&format!("http://127.0.0.1:{}/", a.admin));
+    let leads = split[0].iter().cloned().collect::<Vec<_>>().join(", ");
+    assert!(
+        dom.contains(&format!(
+            "host-a leads {leads} (3 replicas, fair share 2); stands by for"
+        )),
+        "{dom}"
+    );
+    assert_eq!(dom.matches("data-plugin=").count(), 6, "{dom}");
+    let not_of_a = plugins.iter().find(|p| !split[0].contains(*p)).unwrap();
+    assert_eq!(
+        a.reload(not_of_a),
+        "standby",
+        "a plugin another replica leads"
+    );
+    assert_eq!(
+        a.metric(&format!(
+            "wasmformer_plugin_leader{{plugin=\"{not_of_a}\"}}"
+        )),
+        Some(0.0)
+    );
+    let first_of_a = split[0].iter().next().unwrap();
+    assert_eq!(a.reload(first_of_a), "unchanged", "a plugin it leads");
+    assert_eq!(
+        a.metric(&format!(
+            "wasmformer_plugin_leader{{plugin=\"{first_of_a}\"}}"
+        )),
+        Some(1.0)
+    );
+    // Every plugin handles a change once, on the replica that leads it.
+    let owners = |sets: &[std::collections::BTreeSet<String>], ids: &[&str]| {
+        let mut owners = std::collections::BTreeMap::new();
+        for (set, id) in sets.iter().zip(ids) {
+            for plugin in set {
+                owners.insert(plugin.clone(), (*id).to_owned());
+            }
+        }
+        owners
+    };
+    let split_owners = owners(&split, &["host-a", "host-b", "host-c"]);
+    let all_calls =
+        |hosts: &[&Host]| -> Vec<Call> { hosts.iter().flat_map(|h| h.calls()).collect() };
+    let handled_by_each_plugin = |calls: &[Call], name: &str, rv: &str| {
+        calls_of(calls, name, rv)
+            .iter()
+            .map(|c| host_and_plugin(c).1.to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == plugins.len()
+    };
+    let rv = write(&tokio, &api, "after-split", "1");
+    let deadline = Instant::now() + WAIT;
+    while !handled_by_each_plugin(&all_calls(&[&a, &b, &c]), "after-split", &rv) {
+        assert!(
+            Instant::now() < deadline,
+            "after-split handled by every plugin"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let calls = all_calls(&[&a, &b, &c]);
+    for plugin in &plugins {
+        let by: Vec<&str> = calls_of(&calls, "after-split", &rv)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| host_and_plugin(c).0)
+            .collect();
+        assert_eq!(
+            by,
+            [split_owners[plugin].as_str()],
+            "{plugin} handled once, by its leader"
+        );
+    }
+
+    // SIGKILL C: its two plugins move to A and B, which end with three each.
+    c.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    c.wait();
+    let rv = write(&tokio, &api, "during-takeover", "1");
+    let during = ("during-takeover".to_owned(), rv);
+    let moved = wait_for_split(&[&a, &b], &plugins, &[3, 3]);
+    let moved_after = killed.elapsed();
+    for (before, after) in split[..2].iter().zip(&moved) {
+        assert!(
+            before.is_subset(after),
+            "a survivor keeps its plugins: {before:?} ⊄ {after:?}"
+        );
+    }
+    let moved_owners = owners(&moved, &["host-a", "host-b"]);
+    let rv = write(&tokio, &api, "after-takeover", "1");
+    let after = ("after-takeover".to_owned(), rv);
+    let deadline = Instant::now() + WAIT;
+    while ![&during, &after]
+        .iter()
+        .all(|(name, rv)| handled_by_each_plugin(&all_calls(&[&a, &b]), name, rv))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the changes around the takeover handled by every plugin:\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survivors = all_calls(&[&a, &b]);
+    for plugin in &plugins {
+        let owner = moved_owners[plugin].as_str();
+        // Made after the takeover: handled once, live, by the new owner.
+        let by: Vec<(&str, bool)> = calls_of(&survivors, &after.0, &after.1)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| (host_and_plugin(c).0, c.initial))
+            .collect();
+        assert_eq!(
+            by,
+            [(owner, false)],
+            "{plugin}: after-takeover handled once by {owner}"
+        );
+        // Made during it: not lost — the new owner handled it (live, or as an initial add from
+        // its warm cache when it took over), and no one else did after the kill.
+        let by: Vec<&str> = calls_of(&survivors, &during.0, &during.1)
+            .iter()
+            .filter(|c| host_and_plugin(c).1 == plugin)
+            .map(|c| host_and_plugin(c).0)
+            .collect();
+        assert_eq!(
+            by,
+            [owner],
+            "{plugin}: during-takeover handled once by {owner}"
+        );
+    }
+    // No live event is handled twice by one plugin, across all replicas.
+    let everything = [survivors, c.calls()].concat();
+    let live: Vec<&Call> = everything.iter().filter(|c| !c.initial).collect();
+    for call in &live {
+        let same = live
+            .iter()
+            .filter(|o| {
+                host_and_plugin(o).1 == host_and_plugin(call).1
+                    && (&o.event, &o.name, &o.resource_version)
+                        == (&call.event, &call.name, &call.resource_version)
+            })
+            .count();
+        assert_eq!(same, 1, "one live call of {call:?}");
+    }
+
+    // SIGTERM B: it drains and releases every Lease it holds (its plugins' and its membership),
+    // so A, alone, takes all six without waiting for an expiry.
+    let mut b = b;
+    b.signal(libc::SIGTERM);
+    assert!(
+        b.wait().success(),
+        "host-b exits 0 on SIGTERM:\n{}",
+        b.log()
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(tokio.block_on(server.admin()), &ns);
+    let held_by_b: Vec<String> = tokio
+        .block_on(leases.list(&Default::default()))
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some("host-b"))
+        .filter_map(|l| l.metadata.name)
+        .collect();
+    assert!(
+        held_by_b.is_empty(),
+        "host-b released every Lease: {held_by_b:?}"
+    );
+    wait_for_split(&[&a], &plugins, &[6]);
+    println!(
+        "scope plugin: 6/0/0 rebalanced to 2/2/2 {:.2}s after two replicas joined; a killed replica's plugins running elsewhere after {:.2}s (leaseDuration 4s, retryPeriod 1s)",
+        split_after.as_secs_f64(),
+        moved_after.as_secs_f64()
     );
     drop(a);
 }

@@ -31,7 +31,26 @@ pub struct LeaderElection {
     pub retry_period: Duration,
     /// `identity: pod-a` — this replica's name in the Lease; unset: `<hostname>_<pid>`.
     pub identity: Option<String>,
+    /// `scope: host` — one Lease for the whole host (`host`), or one per plugin (`plugin`), so
+    /// that replicas share the plugins between them.
+    pub scope: LeaseScope,
 }
+
+/// `host.leaderElection.scope:` — what one Lease covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LeaseScope {
+    /// `scope: host` — one replica leads every plugin; the others stand by.
+    #[default]
+    Host,
+    /// `scope: plugin` — each plugin has its own Lease `<leaseName>-plugin-<plugin>`, and each
+    /// replica leads about `ceil(plugins / live replicas)` of them.
+    Plugin,
+}
+
+/// The label every replica's membership Lease carries under `scope: plugin`; its value is the
+/// `leaseName`. Replicas count the unexpired Leases with it to know how many share the plugins.
+pub const MEMBER_LABEL: &str = "wasmformer.dev/lease-group";
 
 impl Default for LeaderElection {
     fn default() -> Self {
@@ -43,11 +62,28 @@ impl Default for LeaderElection {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             identity: None,
+            scope: LeaseScope::Host,
         }
     }
 }
 
 impl LeaderElection {
+    /// Under `scope: plugin`, the Lease of plugin `plugin`: `<leaseName>-plugin-<plugin>`, a
+    /// valid name of at most 134 characters (`leaseName` is then at most 63, a plugin name is a
+    /// DNS label).
+    pub fn plugin_lease(&self, plugin: &str) -> String {
+        format!("{}-plugin-{plugin}", self.lease_name)
+    }
+
+    /// Under `scope: plugin`, the membership Lease of the replica `identity`:
+    /// `<leaseName>-member-<first 10 hex digits of SHA-256(identity)>` (an identity need not be a
+    /// valid name: the default one holds `_`).
+    pub fn member_lease(&self, identity: &str) -> String {
+        use sha2::Digest;
+        let digest = hex::encode(sha2::Sha256::digest(identity.as_bytes()));
+        format!("{}-member-{}", self.lease_name, &digest[..10])
+    }
+
     /// Every problem with these settings, located under `at` (`host.leaderElection`).
     pub(super) fn check(&self, at: &str, problems: &mut Vec<Problem>) {
         let mut problem = |field: &str, message: String| {
@@ -55,6 +91,15 @@ impl LeaderElection {
         };
         if let Err(e) = check_name(&self.lease_name) {
             problem("leaseName", e);
+        }
+        if self.scope == LeaseScope::Plugin && self.lease_name.len() > 63 {
+            problem(
+                "leaseName",
+                format!(
+                    "must be at most 63 characters with scope: plugin (it is the value of the membership Leases' label), not {}",
+                    self.lease_name.len()
+                ),
+            );
         }
         if let Err(e) = check_name(&self.namespace) {
             problem("namespace", e);
@@ -159,6 +204,33 @@ mod tests {
                 "host.leaderElection.retryPeriod",
             ]
         );
+    }
+
+    #[test]
+    fn plugin_scope_names_one_lease_per_plugin_and_limits_the_lease_name() {
+        let settings = LeaderElection {
+            scope: LeaseScope::Plugin,
+            lease_name: "x".repeat(64),
+            ..LeaderElection::default()
+        };
+        let found = problems(&settings);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].0, "host.leaderElection.leaseName");
+        assert!(found[0].1.contains("at most 63"), "{}", found[0].1);
+        let longest = LeaderElection {
+            lease_name: "x".repeat(63),
+            ..settings
+        };
+        assert!(problems(&longest).is_empty());
+        assert!(check_name(&longest.plugin_lease(&"p".repeat(63))).is_ok());
+        let defaults = LeaderElection::default();
+        assert_eq!(defaults.plugin_lease("rec-0"), "wasmformer-plugin-rec-0");
+        let member = defaults.member_lease("host_12");
+        assert!(
+            member.starts_with("wasmformer-member-") && member.len() == 28,
+            "{member}"
+        );
+        assert!(check_name(&member).is_ok());
     }
 
     #[test]

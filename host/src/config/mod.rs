@@ -12,7 +12,7 @@ mod locate;
 mod model;
 mod validate;
 
-pub use leader::LeaderElection;
+pub use leader::{LeaderElection, LeaseScope, MEMBER_LABEL};
 pub use limits::Limits;
 pub use locate::{Locations, Position};
 pub use model::{

@@ -148,6 +148,25 @@ impl PluginStatus {
         }
     }
 
+    /// The report of a plugin this replica stands by for (`leaderElection.scope: plugin`, another
+    /// replica leads it): its informers are warm (`synced` once they listed), nothing runs.
+    pub fn standby_report(name: &str, synced: bool) -> StatusReport {
+        StatusReport {
+            name: name.to_owned(),
+            version: String::new(),
+            contract: String::new(),
+            loaded_at: None,
+            swaps: 0,
+            calls: 0,
+            failures: 0,
+            last_error: None,
+            last_swap_error: None,
+            queue_depth: 0,
+            synced,
+            writes: WriteTally::default(),
+        }
+    }
+
     /// A copy for reporting.
     pub fn report(&self, name: &str, queue_depth: usize) -> StatusReport {
         let details = self.details().clone();

@@ -22,7 +22,9 @@ pub mod writes;
 
 use std::sync::Arc;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -68,6 +70,13 @@ pub struct Metrics {
     writes: writes::Families,
     leader: Gauge,
     leader_transitions: Counter,
+    plugin_leader: Family<PluginLabel, Gauge>,
+}
+
+/// `{plugin="…"}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
 }
 
 impl Default for Metrics {
@@ -98,6 +107,12 @@ impl Metrics {
             "Times this replica started or stopped leading",
             leader_transitions.clone(),
         );
+        let plugin_leader = Family::<PluginLabel, Gauge>::default();
+        registry.register(
+            "wasmformer_plugin_leader",
+            "1 while this replica calls the plugin's handlers (it runs and, with leader election, leads it)",
+            plugin_leader.clone(),
+        );
         registry.register_collector(Box::new(process::ProcessCollector));
         Self {
             registry,
@@ -107,6 +122,7 @@ impl Metrics {
             writes,
             leader,
             leader_transitions,
+            plugin_leader,
         }
     }
 
@@ -136,10 +152,28 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// This replica started (`true`) or stopped leading.
+    /// This replica started (`true`) or stopped leading (under `scope: plugin`: leading any
+    /// plugin).
     pub fn leader_transition(&self, leading: bool) {
         self.set_leader(leading);
         self.leader_transitions.inc();
+    }
+
+    /// Whether this replica calls `plugin`'s handlers now: it started (`true`) or stopped leading
+    /// it, or the plugin started or stopped.
+    pub fn plugin_leader(&self, plugin: &str, leading: bool) {
+        self.plugin_leader
+            .get_or_create(&PluginLabel {
+                plugin: plugin.to_owned(),
+            })
+            .set(i64::from(leading));
+    }
+
+    /// `plugin` is no longer configured: its `wasmformer_plugin_leader` series goes.
+    pub fn forget_plugin_leader(&self, plugin: &str) {
+        self.plugin_leader.remove(&PluginLabel {
+            plugin: plugin.to_owned(),
+        });
     }
 
     /// The registry in `format`.

@@ -5,7 +5,9 @@
 mod connect;
 mod discovery;
 mod leader;
+mod leadership;
 mod reload;
+mod share;
 mod writes;
 
 use std::collections::BTreeMap;
@@ -17,14 +19,14 @@ use kube::discovery::ApiResource;
 
 pub use connect::{ConnectError, connect};
 pub use discovery::Discovery;
-pub use leader::LeadershipReport;
+pub use leader::{LeadershipReport, PluginLeadership};
 use reload::Request;
 pub use reload::{ReloadOutcome, ReloadReport};
 
 use crate::cache::{Gvk, IndexSpec};
-use crate::config::{HostConfig, KindRef, PluginConfig};
+use crate::config::{HostConfig, KindRef, LeaseScope, PluginConfig};
 use crate::dispatch::{
-    DispatchedPlugin, Gate, HandledKind, PluginStatus, StatusReport, Terms, TimedError, rfc3339,
+    DispatchedPlugin, Gate, HandledKind, PluginStatus, StatusReport, Terms, TimedError,
 };
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
@@ -113,8 +115,10 @@ pub struct Runtime {
     reloads: tokio::sync::mpsc::UnboundedSender<Request>,
     writes: writes::Writes,
     metrics: Arc<Metrics>,
-    /// The leader election, when `host.leaderElection.enabled`.
+    /// The leader election, when `host.leaderElection.enabled` with `scope: host`.
     election: Option<Arc<leader::Election>>,
+    /// The plugins' elections, when `host.leaderElection.enabled` with `scope: plugin`.
+    share: Option<Arc<share::Share>>,
     /// The leadership term plugins are gated by (see [`Gate`]).
     terms: Terms,
     /// With election: every configured plugin's informers, held whether or not this replica
@@ -154,15 +158,25 @@ impl Runtime {
         let factory = InformerFactory::new(client.clone(), options.watch);
         metrics.register_informers(informer_sampler(factory.clone()));
         let terms = Terms::default();
-        let election = config.host.leader_election.enabled.then(|| {
-            metrics.set_leader(false);
-            leader::Election::start(
-                client.clone(),
-                config.host.leader_election.clone(),
-                terms.clone(),
-            )
-        });
-        let (election, transitions) = election.unzip();
+        let settings = config.host.leader_election.clone();
+        let (sender, transitions) = tokio::sync::mpsc::unbounded_channel();
+        let (election, share) = match (settings.enabled, settings.scope) {
+            (false, _) => (None, None),
+            (true, LeaseScope::Host) => {
+                metrics.set_leader(false);
+                let election =
+                    leader::Election::start(client.clone(), settings, terms.clone(), sender);
+                (Some(election), None)
+            }
+            (true, LeaseScope::Plugin) => {
+                metrics.set_leader(false);
+                (
+                    None,
+                    Some(share::Share::new(client.clone(), settings, sender)),
+                )
+            }
+        };
+        let elected = election.is_some() || share.is_some();
         let runtime = Arc::new(Self {
             config: std::sync::Mutex::new(config),
             factory,
@@ -175,6 +189,7 @@ impl Runtime {
             failed: Default::default(),
             reloads,
             election,
+            share: share.clone(),
             terms,
             warm: Default::default(),
             started_at: std::time::SystemTime::now(),
@@ -186,54 +201,16 @@ impl Runtime {
             }
         }
         tokio::spawn(reload::serve(Arc::downgrade(&runtime), requests));
-        if let Some(transitions) = transitions {
-            tokio::spawn(follow_leadership(Arc::downgrade(&runtime), transitions));
+        if elected {
+            tokio::spawn(leadership::follow_leadership(
+                Arc::downgrade(&runtime),
+                transitions,
+            ));
+        }
+        if let Some(share) = share {
+            tokio::spawn(share::balance(Arc::downgrade(&runtime), share));
         }
         runtime
-    }
-
-    /// Leadership as `/status` shows it.
-    pub fn leadership(&self) -> LeadershipReport {
-        match &self.election {
-            Some(election) => election.report(),
-            None => LeadershipReport {
-                enabled: false,
-                leader: true,
-                identity: None,
-                holder: None,
-                lease: None,
-                since: Some(rfc3339(self.started_at)),
-            },
-        }
-    }
-
-    /// Whether this replica calls handlers (always, without leader election).
-    pub fn is_leading(&self) -> bool {
-        self.election.as_ref().is_none_or(|e| e.is_leading())
-    }
-
-    /// On the reload task: this replica became leader in `term`; starts every configured plugin
-    /// from its warm cache (initial adds, then live events).
-    async fn lead(&self, term: u64) {
-        if self.terms.current() != term {
-            return; // already over
-        }
-        let running: Vec<String> = self.plugins.lock().await.keys().cloned().collect();
-        for plugin in self.config().plugins {
-            if running.iter().any(|name| name == plugin.name.as_str()) {
-                continue;
-            }
-            if let Err(e) = self.start_plugin(plugin.clone()).await {
-                self.record_failure(plugin.name.as_str(), &e);
-            }
-        }
-    }
-
-    /// On the reload task: this replica stopped leading. The gate closed already (workers call
-    /// no more handlers); this drops what they had queued and their subscriptions, keeping the
-    /// informers warm.
-    async fn follow(&self) {
-        self.stop_plugins(Duration::ZERO).await;
     }
 
     fn record_failure(&self, name: &str, error: &RuntimeError) {
@@ -306,20 +283,26 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
-        let gate = match &self.election {
+        let terms = match (&self.election, &self.share) {
+            (None, None) => None,
+            (_, Some(share)) => Some(share.election(&name).terms().clone()),
+            (Some(_), None) => Some(self.terms.clone()),
+        };
+        let gate = match terms {
             None => Gate::always(),
-            Some(election) => {
+            Some(terms) => {
                 self.warm
                     .lock()
                     .expect("warm lock")
                     .insert(name.clone(), listers.clone());
-                let term = self.terms.current();
+                let term = terms.current();
                 if term == 0 {
-                    tracing::info!(plugin.id = %name, leader.identity = %election.identity(), "following: plugin's informers kept warm, no handlers called");
+                    tracing::info!(plugin.id = %name, leader.identity = self.identity().unwrap_or_default(), "following: plugin's informers kept warm, no handlers called");
                     self.failed.lock().expect("failed lock").remove(&name);
+                    self.metrics.plugin_leader(&name, false);
                     return Ok(());
                 }
-                self.terms.gate(term)
+                terms.gate(term)
             }
         };
         let grants = self.writes.grant(&plugin, grants, &self.metrics);
@@ -341,6 +324,7 @@ impl Runtime {
             gate,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
+        self.metrics.plugin_leader(&name, true);
         self.failed.lock().expect("failed lock").remove(&name);
         plugins.insert(
             name,
@@ -459,6 +443,7 @@ impl Runtime {
             .await
             .remove(name)
             .ok_or_else(|| RuntimeError::UnknownPlugin(name.to_owned()))?;
+        self.metrics.forget_plugin_leader(name);
         let timeout = self.config().host.shutdown_timeout;
         tokio::task::spawn_blocking(move || removed.dispatched.stop(timeout))
             .await
@@ -485,21 +470,33 @@ impl Runtime {
         for (name, error) in self.failed.lock().expect("failed lock").iter() {
             reports.push(PluginStatus::failed_report(name, error.clone()));
         }
+        if self.election.is_some() || self.share.is_some() {
+            // The plugins another replica leads: warm informers only.
+            let warm = self.warm.lock().expect("warm lock");
+            for (name, listers) in warm.iter() {
+                if reports.iter().all(|r| &r.name != name) {
+                    let synced = listers.iter().all(Lister::has_synced);
+                    reports.push(PluginStatus::standby_report(name, synced));
+                }
+            }
+        }
         reports.sort_by(|a, b| a.name.cmp(&b.name));
         reports
     }
 
     /// Whether every running plugin has processed its initial list.
     pub async fn is_synced(&self) -> bool {
-        if !self.is_leading() {
-            // A follower is ready when its caches are: it can take over without a list.
-            return self
-                .warm
-                .lock()
-                .expect("warm lock")
-                .values()
-                .flatten()
-                .all(Lister::has_synced);
+        // With election, a replica is ready when its caches are: it can take over any plugin
+        // without a list.
+        let warm = self
+            .warm
+            .lock()
+            .expect("warm lock")
+            .values()
+            .flatten()
+            .all(Lister::has_synced);
+        if !warm {
+            return false;
         }
         self.plugins
             .lock()
@@ -526,12 +523,18 @@ impl Runtime {
     /// timeout; informers stop with their last subscription. Waits for a reload in progress to
     /// end; reloads asked for afterwards are refused.
     pub async fn shutdown(&self) {
+        if let Some(share) = &self.share {
+            share.close();
+        }
         if self.request(Request::Shutdown).await.is_none() {
             // The task is gone (the runtime is being dropped): stop what is left here.
             self.stop_all().await;
         }
         if let Some(election) = &self.election {
             election.release().await;
+        }
+        if let Some(share) = &self.share {
+            share.release_all().await;
         }
     }
 
@@ -544,6 +547,9 @@ impl Runtime {
     /// Stops every running plugin, giving each `timeout` to deliver what it has queued.
     async fn stop_plugins(&self, timeout: Duration) {
         let plugins = std::mem::take(&mut *self.plugins.lock().await);
+        for name in plugins.keys() {
+            self.metrics.plugin_leader(name, false);
+        }
         let stops: Vec<_> = plugins
             .into_values()
             .map(|plugin| tokio::task::spawn_blocking(move || plugin.dispatched.stop(timeout)))
@@ -551,27 +557,6 @@ impl Runtime {
         for stop in stops {
             let _ = stop.await;
         }
-    }
-}
-
-/// Carries leadership transitions to the reload task (the gate has already moved) and the
-/// metrics, until the runtime is dropped.
-async fn follow_leadership(
-    runtime: std::sync::Weak<Runtime>,
-    mut transitions: tokio::sync::mpsc::UnboundedReceiver<leader::Transition>,
-) {
-    while let Some(transition) = transitions.recv().await {
-        let Some(runtime) = runtime.upgrade() else {
-            return;
-        };
-        let leading = matches!(transition, leader::Transition::Lead(_));
-        runtime.metrics.leader_transition(leading);
-        match transition {
-            leader::Transition::Lead(term) => {
-                runtime.request(|reply| Request::Lead(term, reply)).await
-            }
-            leader::Transition::Follow => runtime.request(Request::Follow).await,
-        };
     }
 }
 

@@ -23,7 +23,7 @@ use crate::config::{HostConfig, PluginConfig};
 use crate::error_chain;
 
 /// What a reload did to one plugin. In JSON, one object whose `outcome` names the variant
-/// (`swapped`, `unchanged`, `added`, `rewired`, `removed`, `failed`) beside the variant's fields.
+/// (`swapped`, `unchanged`, `added`, `rewired`, `removed`, `standby`, `failed`) beside the variant's fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     rename_all = "camelCase",
@@ -51,6 +51,9 @@ pub enum ReloadOutcome {
     Rewired,
     /// It is no longer in the config and was stopped.
     Removed,
+    /// With leader election: another replica leads the plugin (or none yet); this one keeps its
+    /// informers warm and loads the current wasm when it takes the plugin over.
+    Standby,
     /// The change failed; the previous version (if any) keeps running.
     Failed {
         /// Why.
@@ -86,6 +89,7 @@ impl ReloadOutcome {
             Self::Added => "added",
             Self::Rewired => "rewired",
             Self::Removed => "removed",
+            Self::Standby => "standby",
             Self::Failed { .. } => "failed",
         }
     }
@@ -202,6 +206,9 @@ impl Runtime {
 
     /// [`Runtime::reload_plugin`], on the reload task.
     async fn reload_one(&self, name: &str, force: bool) -> Result<ReloadOutcome, RuntimeError> {
+        if self.stands_by(name).await {
+            return Ok(ReloadOutcome::Standby);
+        }
         let config = {
             let plugins = self.plugins.lock().await;
             plugins
@@ -315,6 +322,14 @@ impl Runtime {
             };
             report.plugins.push((name.clone(), outcome));
         }
+        // Only once the removed plugins have stopped: their Leases may go to another replica.
+        if let Some(share) = &self.share {
+            for name in share.plugins() {
+                if config.plugin(&name).is_none() {
+                    share.forget(&name).await;
+                }
+            }
+        }
         // A plugin that failed to start and is no longer configured leaves the status.
         let forgotten: Vec<String> = {
             let mut failed = self.failed.lock().expect("failed lock");
@@ -352,6 +367,7 @@ impl Runtime {
                     }
                 },
                 None => match self.start_plugin(plugin).await {
+                    Ok(()) if self.stands_by(&name).await => ReloadOutcome::Standby,
                     Ok(()) => ReloadOutcome::Added,
                     Err(e) => {
                         self.record_failure(&name, &e);
@@ -402,6 +418,13 @@ pub(super) enum Request {
     Lead(u64, oneshot::Sender<()>),
     /// This replica stopped leading: drop the plugins' queues, keep their informers.
     Follow(oneshot::Sender<()>),
+    /// `scope: plugin`: this replica leads this plugin in this term: start it from the warm cache.
+    LeadPlugin(String, u64, oneshot::Sender<()>),
+    /// `scope: plugin`: this replica stopped leading this plugin: drop its queue.
+    FollowPlugin(String, oneshot::Sender<()>),
+    /// `scope: plugin`: hand this plugin back (above the fair share): stop it, then release its
+    /// Lease.
+    HandBack(String, oneshot::Sender<()>),
 }
 
 impl Runtime {
@@ -443,7 +466,27 @@ pub(super) async fn serve(runtime: Weak<Runtime>, mut requests: mpsc::UnboundedR
                 answer(reply, Err(RuntimeError::ShuttingDown))
             }
             Request::Remove(name, reply) => answer(reply, runtime.stop_plugin(&name).await),
-            Request::Lead(_, reply) | Request::Follow(reply) if shut_down => answer(reply, ()),
+            Request::Lead(_, reply)
+            | Request::Follow(reply)
+            | Request::LeadPlugin(_, _, reply)
+            | Request::FollowPlugin(_, reply)
+            | Request::HandBack(_, reply)
+                if shut_down =>
+            {
+                answer(reply, ())
+            }
+            Request::LeadPlugin(name, term, reply) => {
+                runtime.lead_plugin(&name, term).await;
+                answer(reply, ());
+            }
+            Request::FollowPlugin(name, reply) => {
+                runtime.follow_plugin(&name).await;
+                answer(reply, ());
+            }
+            Request::HandBack(name, reply) => {
+                runtime.hand_back(&name).await;
+                answer(reply, ());
+            }
             Request::Lead(term, reply) => {
                 runtime.lead(term).await;
                 answer(reply, ());
