@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
+use object::read::elf::{Dyn, ProgramHeader};
 use serde_json::{Value, json};
 use wasmformer::oci::sha256_digest;
 use wasmformer_tests::apiserver::KubeApiserver;
@@ -109,7 +110,6 @@ fn assert_static(binary: &Path) {
     let object::File::Elf64(elf) = &file else {
         panic!("{} is not a 64-bit ELF file", binary.display());
     };
-    use object::read::elf::{Dyn, ProgramHeader};
     let endian = elf.endian();
     for segment in elf.elf_program_headers() {
         assert_ne!(
