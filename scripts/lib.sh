@@ -21,6 +21,22 @@ ensure_wasm_target() {
   fi
 }
 
+# The static binary (scripts/build-static): the musl target for the active toolchain, and musl-gcc
+# (Debian's musl-tools) for the C code of ring, blake3 and psm.
+ensure_musl_target() {
+  if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    echo "installing the Rust target x86_64-unknown-linux-musl (once per machine)" >&2
+    rustup target add x86_64-unknown-linux-musl >&2
+  fi
+  if ! command -v musl-gcc >/dev/null 2>&1; then
+    echo "installing musl-tools (Debian package)" >&2
+    if command -v apt-get >/dev/null 2>&1; then
+      (apt-get update -qq && apt-get install -y -qq musl-tools) >&2 || true
+    fi
+    command -v musl-gcc >/dev/null 2>&1 || { echo "musl-gcc is required for the static binary: install it (apt-get install musl-tools)" >&2; exit 1; }
+  fi
+}
+
 # kubectl drives the dev cluster in its tests; Debian packages it.
 # Headless Chromium renders the admin status page in tests/tests/status_page.rs.
 ensure_chromium() {

@@ -124,6 +124,12 @@ impl KubeApiserver {
         kube::Client::try_from(config).expect("client")
     }
 
+    /// A file of its PKI: `ca.crt` (the CA the kubeconfigs trust), `serving.crt` and
+    /// `serving.key` (its serving certificate, for 127.0.0.1 and localhost, and key).
+    pub fn pki(&self, file: &str) -> PathBuf {
+        self.dir.join("pki").join(file)
+    }
+
     /// An admin client.
     pub async fn admin(&self) -> kube::Client {
         self.client_at("admin", None).await

@@ -1,9 +1,9 @@
 //! A real OCI registry for the plugin-pull tests: the CNCF distribution registry (`cmd/registry`)
 //! built by `tests/oci-registry/build.sh` (cached by the hash of its inputs), serving plain HTTP
-//! on a free loopback port from a temporary directory.
+//! (or HTTPS with a given certificate) on a free loopback port from a temporary directory.
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -43,20 +43,38 @@ pub fn registry_binary() -> PathBuf {
 /// A running registry; stopped when dropped.
 pub struct OciRegistry {
     port: u16,
+    tls: bool,
     child: Mutex<Option<Child>>,
     dir: tempfile::TempDir,
 }
 
 impl OciRegistry {
-    /// Starts one on a free loopback port.
+    /// Starts one serving plain HTTP on a free loopback port.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts one serving HTTPS on a free loopback port with `cert` and `key` (PEM files; the
+    /// certificate must name 127.0.0.1).
+    pub fn start_tls(cert: &Path, key: &Path) -> Self {
+        Self::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let config = dir.path().join("config.yml");
+        let tls = tls.map_or_else(String::new, |(cert, key)| {
+            format!(
+                "  tls: {{certificate: {}, key: {}}}\n",
+                cert.display(),
+                key.display()
+            )
+        });
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}",
                 dir.path().join("data").display()
             ),
         )
@@ -79,6 +97,7 @@ impl OciRegistry {
         let child = command.spawn().expect("start the registry");
         let registry = Self {
             port,
+            tls: !tls.is_empty(),
             child: Mutex::new(Some(child)),
             dir,
         };
@@ -89,7 +108,15 @@ impl OciRegistry {
     fn wait_ready(&self) {
         let deadline = Instant::now() + READY_TIMEOUT;
         let url = format!("http://127.0.0.1:{}/v2/", self.port);
-        while ureq::get(&url).call().is_err() {
+        // Over HTTPS (which this crate's HTTP client does not speak), listening is enough.
+        let answers = || {
+            if self.tls {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                ureq::get(&url).call().is_ok()
+            }
+        };
+        while !answers() {
             assert!(
                 Instant::now() < deadline,
                 "the registry did not answer {url} in {READY_TIMEOUT:?}:\n{}",

@@ -253,6 +253,16 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32], CacheError> {
         path: path.to_owned(),
         source,
     };
+    // From getrandom(2), before the file exists: a root without `/dev` (a `scratch` image, a
+    // chroot) has no `/dev/urandom`, and an empty key file left by a failure would be refused
+    // at every later start.
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| {
+        io(e.raw_os_error().map_or_else(
+            || std::io::Error::other(e.to_string()),
+            std::io::Error::from_raw_os_error,
+        ))
+    })?;
     match OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -260,10 +270,6 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32], CacheError> {
         .open(path)
     {
         Ok(mut file) => {
-            let mut key = [0u8; 32];
-            File::open("/dev/urandom")
-                .and_then(|mut random| random.read_exact(&mut key))
-                .map_err(io)?;
             file.write_all(&key)
                 .and_then(|()| file.sync_all())
                 .map_err(io)?;
