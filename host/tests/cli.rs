@@ -159,7 +159,7 @@ fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
 fn inspect_shows_the_contract_version() {
     let out = wasmformer(&["inspect", guests::POD_LOGGER]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.3.0"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.3.1"));
     let out = wasmformer(&["inspect", guests::FUTURE_CONTRACT]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.4.0"));
 }
