@@ -229,7 +229,60 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
         ));
     }
     check_writes(at, &plugin, problems);
+    check_reconcile(at, &plugin, problems);
     Some(plugin)
+}
+
+/// Checks a plugin's `reconcile:` block.
+fn check_reconcile(at: &str, plugin: &PluginConfig, problems: &mut Vec<Problem>) {
+    let Some(reconcile) = &plugin.reconcile else {
+        return;
+    };
+    let at = format!("{at}.reconcile");
+    for (j, kind) in reconcile.owns.iter().enumerate() {
+        check_kind(&format!("{at}.owns[{j}]"), kind, problems);
+    }
+    let handled: Vec<KindRef> = plugin.handles.iter().map(ResourceRef::kind_ref).collect();
+    for (j, watch) in reconcile.watches.iter().enumerate() {
+        let here = format!("{at}.watches[{j}]");
+        check_kind(&here, &watch.kind_ref(), problems);
+        let on_handled = plugin
+            .indexes
+            .iter()
+            .any(|index| index.name == watch.index && handled.contains(&index.kind_ref()));
+        if !on_handled {
+            problems.push(Problem::new(
+                format!("{here}.index"),
+                format!(
+                    "no index {:?} on a handled kind: add it to `indexes:` on the handled kind, \
+                     with a field holding the names of watched objects",
+                    watch.index
+                ),
+            ));
+        }
+    }
+    let backoff = reconcile.backoff;
+    if backoff.base.is_zero() {
+        problems.push(Problem::new(
+            format!("{at}.backoff.base"),
+            "must be more than 0s",
+        ));
+    }
+    if backoff.max < backoff.base {
+        problems.push(Problem::new(
+            format!("{at}.backoff.max"),
+            format!(
+                "must be at least backoff.base ({})",
+                humantime::format_duration(backoff.base)
+            ),
+        ));
+    }
+    if !(reconcile.qps.is_finite() && reconcile.qps > 0.0) {
+        problems.push(Problem::new(format!("{at}.qps"), "must be more than 0"));
+    }
+    if reconcile.burst == 0 {
+        problems.push(Problem::new(format!("{at}.burst"), "must be more than 0"));
+    }
 }
 
 /// A YAML syntax error as a problem at its position, on one line.

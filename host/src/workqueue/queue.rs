@@ -125,6 +125,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.limiter.num_requeues(key)
     }
 
+    /// Every key with failures counted, and how many.
+    pub fn failures(&self) -> impl Iterator<Item = (&K, u32)> {
+        self.limiter.backoff().counts()
+    }
+
     /// Hands out the next ready key (moving due scheduled keys to ready first), marking it
     /// processing; `None` if no key is ready now.
     pub fn get(&mut self) -> Option<K> {
