@@ -357,3 +357,51 @@ async fn a_hot_swap_in_the_middle_of_retries_keeps_the_keys_failure_count() {
     assert_eq!(status(&runtime).await.swaps, 1);
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_error_asking_for_a_retry_delivers_the_newest_state_again() {
+    let server = KubeApiserver::shared();
+    let (admin, ns) = (server.admin().await, server.namespace("rc-handler").await);
+    let recorded = Recorded::default();
+    // The reconciler guest's first add of an object fails asking for a retry.
+    let runtime = start(
+        admin.clone(),
+        &ns,
+        "    config: {retryAdds: 1}\n    reconcile: {backoff: {base: 10ms, max: 1s}}\n",
+        &recorded,
+    )
+    .await;
+    let created = Api::<ConfigMap>::namespaced(admin, &ns)
+        .create(&PostParams::default(), &config_map("late", json!({})))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+    let handled = async || -> Vec<String> {
+        recorded
+            .events("ctl")
+            .iter()
+            .filter(|e| e["name"] == "late")
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["event"].as_str().unwrap(),
+                    e["resourceVersion"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    eventually("the retried delivery", async || {
+        (handled().await.len() >= 2).then_some(())
+    })
+    .await;
+    quiet(&runtime).await;
+    assert_eq!(
+        handled().await,
+        [format!("add {rv}"), format!("update {rv}")],
+        "the failed add, then the object's newest state again as an update"
+    );
+    let work = status(&runtime).await.work_queue;
+    assert_eq!(work.retries, 1, "{work:?}");
+    assert!(work.failing.is_empty(), "{work:?}");
+    runtime.shutdown().await;
+}
