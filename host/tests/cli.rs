@@ -411,6 +411,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("queueDepth", "number"),
         ("synced", "bool"),
         ("writes", "object"),
+        ("workQueue", "object"),
     ];
     let sorted = |mut v: Vec<(String, &'static str)>| {
         v.sort();
@@ -434,6 +435,24 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
             ("ok".to_string(), "number"),
             ("refusedByGrant".to_string(), "number")
         ],
+        "{running}"
+    );
+    assert_eq!(
+        sorted(shape(&running["workQueue"])),
+        sorted(
+            [
+                ("depth", "number"),
+                ("scheduled", "number"),
+                ("keysInBackoff", "number"),
+                ("retries", "number"),
+                ("reconciles", "number"),
+                ("oldestKeyAgeMs", "null"),
+                ("failing", "array"),
+            ]
+            .iter()
+            .map(|(k, t)| (k.to_string(), *t))
+            .collect()
+        ),
         "{running}"
     );
     let broken = plugins.iter().find(|p| p["name"] == "broken").unwrap();
