@@ -193,6 +193,13 @@ async fn a_reconcile_failing_three_times_runs_exactly_four_times() {
         work.failing.is_empty(),
         "success forgot the failures: {work:?}"
     );
+    let scrape = runtime.metrics().encode(wasmformer::metrics::Format::Text);
+    assert!(
+        scrape
+            .lines()
+            .any(|l| l == "workqueue_retries_total{name=\"ctl\"} 3"),
+        "{scrape}"
+    );
     runtime.shutdown().await;
 }
 

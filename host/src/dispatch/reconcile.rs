@@ -20,6 +20,7 @@ use super::worker::HandledKind;
 use crate::cache::{CachedObject, Event, Gvk, ObjectKey};
 use crate::error_chain;
 use crate::informer::Lister;
+use crate::metrics::QueueMetrics;
 use crate::plugin::{CallError, PluginInstance};
 use crate::workqueue::{Clock, QueueStats, RateLimits, SystemClock, WorkQueue};
 
@@ -116,6 +117,8 @@ pub(crate) struct Work {
     related: Vec<RelatedKind>,
     reconciles: u64,
     report: Arc<Mutex<WorkQueueReport>>,
+    /// `workqueue_retries_total` of the plugin.
+    metrics: QueueMetrics,
 }
 
 impl Work {
@@ -124,8 +127,9 @@ impl Work {
         wiring: ReconcileWiring,
         kinds: Vec<Gvk>,
         report: Arc<Mutex<WorkQueueReport>>,
+        metrics: QueueMetrics,
     ) -> Self {
-        Self::with_clock(wiring, kinds, report, Arc::new(SystemClock))
+        Self::with_clock(wiring, kinds, report, metrics, Arc::new(SystemClock))
     }
 
     /// An empty queue on `clock`.
@@ -133,6 +137,7 @@ impl Work {
         wiring: ReconcileWiring,
         kinds: Vec<Gvk>,
         report: Arc<Mutex<WorkQueueReport>>,
+        metrics: QueueMetrics,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
@@ -141,6 +146,7 @@ impl Work {
             related: wiring.related,
             reconciles: 0,
             report,
+            metrics,
         }
     }
 
@@ -185,6 +191,7 @@ impl Work {
             subscription,
             key,
         });
+        self.metrics.retried();
         self.publish();
     }
 
@@ -271,6 +278,7 @@ impl Work {
             }
             (Err(_), true) => {
                 self.queue.add_rate_limited(key.clone());
+                self.metrics.retried();
                 self.queue.next_due().map(|_| ())
             }
         };

@@ -89,7 +89,12 @@ impl PluginWorker {
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let kinds = handled.iter().map(|h| h.gvk.clone()).collect();
-        let work = Work::new(reconcile, kinds, status.work_queue.clone());
+        let work = Work::new(
+            reconcile,
+            kinds,
+            status.work_queue.clone(),
+            metrics.queue.clone(),
+        );
         let swap = Arc::new(Mutex::new(None));
         let unsynced = vec![true; handled.len()];
         let delivery = Delivery {
