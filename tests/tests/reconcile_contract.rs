@@ -165,3 +165,51 @@ fn a_plugin_built_for_contract_0_3_0_still_loads_as_a_plugin_without_reconciler(
     assert_eq!(info.contract_version.as_deref(), Some("0.3.0"));
     assert!(!info.reconciler);
 }
+
+#[test]
+fn replay_reconciles_on_a_virtual_clock_with_each_attempt_and_its_backoff() {
+    let plugin = LoadedPlugin::load(&engine(), "ctl", Path::new(guests::RECONCILER)).unwrap();
+    let script = Script::parse(
+        "events:\n  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: shop}}\n",
+    )
+    .unwrap();
+    let outcomes = replay::run(
+        plugin,
+        &script,
+        &json!({"failTimes": 3}),
+        Limits::default(),
+        |_| {},
+    )
+    .unwrap();
+    let steps: Vec<String> = outcomes
+        .iter()
+        .skip(1)
+        .map(|o| match &o.reconcile {
+            Some(step) => format!(
+                "reconcile {} attempt {} at {}ms {} backoff {:?}",
+                o.key,
+                step.attempt,
+                step.at.as_millis(),
+                if o.error.is_some() { "failed" } else { "ok" },
+                step.backoff.map(|b| b.as_millis())
+            ),
+            None => format!("{} {}", o.event, o.key),
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "add shop/a",
+            "reconcile shop/a attempt 1 at 0ms failed backoff Some(5)",
+            "reconcile shop/a attempt 2 at 5ms failed backoff Some(10)",
+            "reconcile shop/a attempt 3 at 15ms failed backoff Some(20)",
+            "reconcile shop/a attempt 4 at 35ms ok backoff None",
+        ]
+    );
+    let line = outcomes[3].to_string();
+    assert!(
+        line.starts_with("reconcile ConfigMap shop/a (attempt 2, at 5ms) FAILED in ")
+            && line.ends_with("; retry after 10ms"),
+        "{line}"
+    );
+}

@@ -108,11 +108,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.next_seq += 1;
     }
 
-    /// Adds `key` after its rate limiter's delay: counts a failure of it.
-    pub fn add_rate_limited(&mut self, key: K) {
+    /// Adds `key` after its rate limiter's delay: counts a failure of it. Returns the delay.
+    pub fn add_rate_limited(&mut self, key: K) -> Duration {
         let delay = self.limiter.when(&key, self.clock.now());
         self.retries += 1;
         self.add_after(key, delay);
+        delay
     }
 
     /// Forgets `key`'s failures: its next failure starts from the base delay.
