@@ -52,13 +52,11 @@ async fn start(client: kube::Client, ns: &str, extra: &str, recorded: &Recorded)
     runtime
 }
 
+/// The status of the runtime's one plugin.
 async fn status(runtime: &Runtime) -> StatusReport {
-    runtime
-        .statuses()
-        .await
-        .into_iter()
-        .find(|s| s.name == "ctl")
-        .expect("plugin ctl")
+    let mut statuses = runtime.statuses().await;
+    assert_eq!(statuses.len(), 1, "{statuses:#?}");
+    statuses.remove(0)
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics with `what` after [`WAIT`].
@@ -410,5 +408,111 @@ async fn a_handler_error_asking_for_a_retry_delivers_the_newest_state_again() {
     let work = status(&runtime).await.work_queue;
     assert_eq!(work.retries, 1, "{work:?}");
     assert!(work.failing.is_empty(), "{work:?}");
+    runtime.shutdown().await;
+}
+
+/// `examples/config-reloader` on the real kube-apiserver, with its own `config.yaml`: a changed
+/// ConfigMap rolls the Deployments that reference it (volume or envFrom), and only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_reloader_annotates_the_deployments_that_reference_a_changed_configmap() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let server = KubeApiserver::shared();
+    let (admin, ns) = (server.admin().await, server.namespace("rc-reloader").await);
+    let example = wasmformer_tests::repo_root().join("examples/config-reloader/config.yaml");
+    let yaml = std::fs::read_to_string(&example)
+        .unwrap()
+        .replace(
+            "../../target/wasm/wasm32-wasip2/release/config_reloader.wasm",
+            guests::CONFIG_RELOADER,
+        )
+        .replace(
+            "handles: [{apiVersion: apps/v1, kind: Deployment}]",
+            &format!("handles: [{{apiVersion: apps/v1, kind: Deployment, namespace: {ns}}}]"),
+        );
+    let config = HostConfig::parse(&yaml, example.parent().unwrap().to_owned())
+        .unwrap_or_else(|p| panic!("{p:#?}"));
+    let recorded = Recorded::default();
+    let options = RuntimeOptions {
+        log_observer: Some(recorded.observer()),
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::start(config, admin.clone(), engine(), options).await;
+    assert!(
+        runtime.wait_synced(WAIT).await,
+        "{:#?}",
+        runtime.statuses().await
+    );
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), &ns);
+    cms.create(
+        &PostParams::default(),
+        &config_map("settings", json!({"level": "info"})),
+    )
+    .await
+    .unwrap();
+    let deployment = |name: &str, pod: Value| -> Deployment {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod}}}))
+        .unwrap()
+    };
+    let deployments = Api::<Deployment>::namespaced(admin, &ns);
+    for (name, pod) in [
+        (
+            "by-volume",
+            json!({"containers": [{"name": "c", "image": "nginx"}],
+            "volumes": [{"name": "v", "configMap": {"name": "settings"}}]}),
+        ),
+        (
+            "by-env",
+            json!({"containers": [{"name": "c", "image": "nginx",
+            "envFrom": [{"configMapRef": {"name": "settings"}}]}]}),
+        ),
+        (
+            "unrelated",
+            json!({"containers": [{"name": "c", "image": "nginx"}]}),
+        ),
+    ] {
+        deployments
+            .create(&PostParams::default(), &deployment(name, pod))
+            .await
+            .unwrap();
+    }
+    let hash = async |name: &str| -> Option<String> {
+        deployments
+            .get(name)
+            .await
+            .unwrap()
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .get("wasmformer.io/config-hash")
+            .cloned()
+    };
+    let first = eventually("both referencing Deployments annotated", async || {
+        match (hash("by-volume").await, hash("by-env").await) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(first.0, first.1, "same ConfigMap, same hash");
+    cms.patch(
+        "settings",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"level": "debug"}})),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "both Deployments re-annotated after the change",
+        async || {
+            let (a, b) = (hash("by-volume").await?, hash("by-env").await?);
+            (a != first.0 && b != first.0).then_some(())
+        },
+    )
+    .await;
+    quiet(&runtime).await;
+    assert_eq!(hash("unrelated").await, None, "it references no ConfigMap");
     runtime.shutdown().await;
 }
