@@ -748,3 +748,32 @@ fn validate_prints_the_expected_report_for_each_invalid_config() {
         );
     }
 }
+
+#[test]
+fn validate_warns_when_owns_or_watches_are_set_for_a_plugin_without_a_reconciler() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |name: &str, wasm: &str| {
+        format!(
+            "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap}}]\n    \
+             reconcile: {{owns: [{{apiVersion: v1, kind: Secret}}]}}\n"
+        )
+    };
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "plugins:\n{}{}",
+            entry("plain", guests::RECORDER),
+            entry("controller", guests::RECONCILER)
+        ),
+    );
+    let out = wasmformer(&["validate", "--config", &config]);
+    let all = text(&out);
+    let warnings: Vec<&str> = all.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{all}");
+    assert!(
+        warnings[0]
+            .contains("plugins[0].reconcile: plain does not export wasmformer:plugin/reconciler")
+            && warnings[0].contains("export!(Plugin, reconciler)"),
+        "{all}"
+    );
+}
