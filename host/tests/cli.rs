@@ -159,7 +159,7 @@ fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
 fn inspect_shows_the_contract_version() {
     let out = wasmformer(&["inspect", guests::POD_LOGGER]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.3.0"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.3.1"));
     let out = wasmformer(&["inspect", guests::FUTURE_CONTRACT]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.4.0"));
 }
@@ -411,6 +411,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("queueDepth", "number"),
         ("synced", "bool"),
         ("writes", "object"),
+        ("workQueue", "object"),
     ];
     let sorted = |mut v: Vec<(String, &'static str)>| {
         v.sort();
@@ -434,6 +435,24 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
             ("ok".to_string(), "number"),
             ("refusedByGrant".to_string(), "number")
         ],
+        "{running}"
+    );
+    assert_eq!(
+        sorted(shape(&running["workQueue"])),
+        sorted(
+            [
+                ("depth", "number"),
+                ("scheduled", "number"),
+                ("keysInBackoff", "number"),
+                ("retries", "number"),
+                ("reconciles", "number"),
+                ("oldestKeyAgeMs", "null"),
+                ("failing", "array"),
+            ]
+            .iter()
+            .map(|(k, t)| (k.to_string(), *t))
+            .collect()
+        ),
         "{running}"
     );
     let broken = plugins.iter().find(|p| p["name"] == "broken").unwrap();
@@ -729,4 +748,33 @@ fn validate_prints_the_expected_report_for_each_invalid_config() {
             expected_file.display()
         );
     }
+}
+
+#[test]
+fn validate_warns_when_owns_or_watches_are_set_for_a_plugin_without_a_reconciler() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |name: &str, wasm: &str| {
+        format!(
+            "  - name: {name}\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: ConfigMap}}]\n    \
+             reconcile: {{owns: [{{apiVersion: v1, kind: Secret}}]}}\n"
+        )
+    };
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "plugins:\n{}{}",
+            entry("plain", guests::RECORDER),
+            entry("controller", guests::RECONCILER)
+        ),
+    );
+    let out = wasmformer(&["validate", "--config", &config]);
+    let all = text(&out);
+    let warnings: Vec<&str> = all.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{all}");
+    assert!(
+        warnings[0]
+            .contains("plugins[0].reconcile: plain does not export wasmformer:plugin/reconciler")
+            && warnings[0].contains("export!(Plugin, reconciler)"),
+        "{all}"
+    );
 }

@@ -18,6 +18,11 @@ pub const WIT: &[(&str, &str)] = &[
     ("handler.wit", include_str!("../../../wit/handler.wit")),
     ("lister.wit", include_str!("../../../wit/lister.wit")),
     ("log.wit", include_str!("../../../wit/log.wit")),
+    (
+        "reconciler.wit",
+        include_str!("../../../wit/reconciler.wit"),
+    ),
+    ("retry.wit", include_str!("../../../wit/retry.wit")),
     ("types.wit", include_str!("../../../wit/types.wit")),
     ("world.wit", include_str!("../../../wit/world.wit")),
     ("writer.wit", include_str!("../../../wit/writer.wit")),

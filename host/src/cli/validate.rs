@@ -82,6 +82,7 @@ fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Proble
                     .and_then(|m| m.as_u64())
                     .map_or(Limits::default().memory_bytes, |m| m as usize);
                 warnings.extend(memory_warning(&loaded, limit, i));
+                warnings.extend(reconcile_warning(&loaded, entry, i));
             }
             Err(e) => problems.push(Problem::new(format!("plugins[{i}].wasm"), e)),
         }
@@ -132,6 +133,25 @@ fn memory_warning(plugin: &LoadedPlugin, limit: usize, i: usize) -> Option<Strin
             "plugins[{i}].limits.memoryBytes: {} starts with {at_start} bytes of memory, more than its limit of {limit}; \
              raise memoryBytes above {at_start}",
             plugin.name()
+        )
+    })
+}
+
+/// A warning when a plugin configures `reconcile.owns` or `reconcile.watches` but does not export
+/// `reconciler`: those keys would only be queued for a reconcile that never comes.
+fn reconcile_warning(plugin: &LoadedPlugin, entry: &serde_json::Value, i: usize) -> Option<String> {
+    let listed = |field: &str| {
+        entry
+            .pointer(&format!("/reconcile/{field}"))
+            .and_then(|v| v.as_array())
+            .is_some_and(|v| !v.is_empty())
+    };
+    (!plugin.reconciles() && (listed("owns") || listed("watches"))).then(|| {
+        format!(
+            "plugins[{i}].reconcile: {} does not export wasmformer:plugin/reconciler (built for contract {}), \
+             so its owns and watches queue nothing; implement Reconciler and export it with `export!(Plugin, reconciler)`",
+            plugin.name(),
+            plugin.contract()
         )
     })
 }

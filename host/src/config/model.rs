@@ -330,6 +330,94 @@ pub struct PluginConfig {
     /// `config: {...}` — free-form; passed to the plugin's `init` as JSON.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// `reconcile: {owns: [...], watches: [...], backoff: {base: 5ms, max: 1000s}, qps: 10,
+    /// burst: 100}` — the plugin's work queue (see [`ReconcileConfig`]). Absent: client-go's
+    /// defaults, keys only from the handled kinds.
+    #[serde(default)]
+    pub reconcile: Option<ReconcileConfig>,
+}
+
+/// `reconcile:` — the work queue of a plugin that exports `reconciler` (contract 0.3.1): where
+/// its keys come from besides the handled kinds, and how failed keys are retried. `backoff`,
+/// `qps` and `burst` also pace handler retries (`Error::retry`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ReconcileConfig {
+    /// `owns: [{apiVersion: apps/v1, kind: ReplicaSet}]` — an event on an object of these kinds
+    /// queues the key of its controller owner (the `ownerReferences` entry with
+    /// `controller: true`) if the owner's kind is a handled one. The kinds are read-granted.
+    pub owns: Vec<KindRef>,
+    /// `watches: [{apiVersion: v1, kind: ConfigMap, index: deployments-by-configmap}]` — an
+    /// event on an object of these kinds queues every handled object in its namespace whose
+    /// index `index` (an `indexes:` entry on a handled kind) holds the object's name. The kinds
+    /// are read-granted.
+    pub watches: Vec<WatchConfig>,
+    /// `backoff: {base: 5ms, max: 1000s}` — a failed key waits `base · 2ⁿ⁻¹` after its `n`th
+    /// failure in a row, at most `max`.
+    pub backoff: BackoffConfig,
+    /// `qps: 10` — retries per second over all keys, on average.
+    pub qps: f64,
+    /// `burst: 100` — retries allowed at once over all keys.
+    pub burst: u32,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self {
+            owns: Vec::new(),
+            watches: Vec::new(),
+            backoff: BackoffConfig::default(),
+            qps: 10.0,
+            burst: 100,
+        }
+    }
+}
+
+/// `backoff:` of `reconcile:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct BackoffConfig {
+    /// `base: 5ms` — the first retry's delay.
+    #[serde(with = "humantime_serde")]
+    pub base: Duration,
+    /// `max: 1000s` — the longest delay.
+    #[serde(with = "humantime_serde")]
+    pub max: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(5),
+            max: Duration::from_secs(1000),
+        }
+    }
+}
+
+/// One entry of `reconcile.watches:`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WatchConfig {
+    /// `apiVersion: v1`.
+    pub api_version: String,
+    /// `kind: ConfigMap` (or `resource: configmaps`).
+    pub kind: Option<String>,
+    /// `resource: configmaps` — instead of `kind`.
+    pub resource: Option<String>,
+    /// `index: deployments-by-configmap` — an `indexes:` entry on a handled kind whose values
+    /// are names of watched objects.
+    pub index: String,
+}
+
+impl WatchConfig {
+    /// The watched kind.
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+        }
+    }
 }
 
 impl PluginConfig {
@@ -355,7 +443,36 @@ impl PluginConfig {
             .iter()
             .enumerate()
             .map(|(i, w)| (format!("write[{i}]"), w.kind_ref()));
-        handles.chain(read).chain(indexes).chain(write).collect()
+        let reconcile = self.reconcile.clone().unwrap_or_default();
+        let owns = reconcile
+            .owns
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("reconcile.owns[{i}]"), k.clone()));
+        let watches = reconcile
+            .watches
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (format!("reconcile.watches[{i}]"), w.kind_ref()));
+        handles
+            .chain(read)
+            .chain(indexes)
+            .chain(write)
+            .chain(owns)
+            .chain(watches)
+            .collect()
+    }
+
+    /// The kinds whose events queue keys without a handler call: `reconcile.owns`, then
+    /// `reconcile.watches`.
+    pub fn related_kinds(&self) -> Vec<KindRef> {
+        let reconcile = self.reconcile.clone().unwrap_or_default();
+        reconcile
+            .owns
+            .iter()
+            .cloned()
+            .chain(reconcile.watches.iter().map(WatchConfig::kind_ref))
+            .collect()
     }
 
     /// The `config` block as the plugin's `init` receives it (`{}` when absent).

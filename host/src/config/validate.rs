@@ -229,7 +229,60 @@ fn parse_plugin(at: &str, value: &Value, problems: &mut Vec<Problem>) -> Option<
         ));
     }
     check_writes(at, &plugin, problems);
+    check_reconcile(at, &plugin, problems);
     Some(plugin)
+}
+
+/// Checks a plugin's `reconcile:` block.
+fn check_reconcile(at: &str, plugin: &PluginConfig, problems: &mut Vec<Problem>) {
+    let Some(reconcile) = &plugin.reconcile else {
+        return;
+    };
+    let at = format!("{at}.reconcile");
+    for (j, kind) in reconcile.owns.iter().enumerate() {
+        check_kind(&format!("{at}.owns[{j}]"), kind, problems);
+    }
+    let handled: Vec<KindRef> = plugin.handles.iter().map(ResourceRef::kind_ref).collect();
+    for (j, watch) in reconcile.watches.iter().enumerate() {
+        let here = format!("{at}.watches[{j}]");
+        check_kind(&here, &watch.kind_ref(), problems);
+        let on_handled = plugin
+            .indexes
+            .iter()
+            .any(|index| index.name == watch.index && handled.contains(&index.kind_ref()));
+        if !on_handled {
+            problems.push(Problem::new(
+                format!("{here}.index"),
+                format!(
+                    "no index {:?} on a handled kind: add it to `indexes:` on the handled kind, \
+                     with a field holding the names of watched objects",
+                    watch.index
+                ),
+            ));
+        }
+    }
+    let backoff = reconcile.backoff;
+    if backoff.base.is_zero() {
+        problems.push(Problem::new(
+            format!("{at}.backoff.base"),
+            "must be more than 0s",
+        ));
+    }
+    if backoff.max < backoff.base {
+        problems.push(Problem::new(
+            format!("{at}.backoff.max"),
+            format!(
+                "must be at least backoff.base ({})",
+                humantime::format_duration(backoff.base)
+            ),
+        ));
+    }
+    if !(reconcile.qps.is_finite() && reconcile.qps > 0.0) {
+        problems.push(Problem::new(format!("{at}.qps"), "must be more than 0"));
+    }
+    if reconcile.burst == 0 {
+        problems.push(Problem::new(format!("{at}.burst"), "must be more than 0"));
+    }
 }
 
 /// A YAML syntax error as a problem at its position, on one line.
@@ -543,6 +596,97 @@ plugins:
             HostConfig::parse("plugins: []", PathBuf::new()).unwrap_err()[0]
                 .message
                 .contains("at least one plugin")
+        );
+    }
+
+    #[test]
+    fn reconcile_is_checked_with_every_problem_located() {
+        let bad = r#"
+plugins:
+  - name: ctl
+    wasm: ctl.wasm
+    handles: [{apiVersion: apps/v1, kind: Deployment}]
+    indexes:
+      - {apiVersion: v1, kind: ConfigMap, name: on-a-read-kind, field: data.x}
+    read: [{apiVersion: v1, kind: ConfigMap}]
+    reconcile:
+      owns: [{apiVersion: apps/v1}]
+      watches:
+        - {apiVersion: v1, kind: ConfigMap, index: deployments-by-configmap}
+        - {apiVersion: v1, kind: ConfigMap, index: on-a-read-kind}
+      backoff: {base: 0s, max: 1s}
+      qps: 0
+      burst: 0
+  - name: ok
+    wasm: ok.wasm
+    handles: [{apiVersion: apps/v1, kind: Deployment}]
+    indexes:
+      - {apiVersion: apps/v1, kind: Deployment, name: by-cm, field: "spec.template.spec.volumes[*].configMap.name"}
+    reconcile:
+      watches: [{apiVersion: v1, kind: ConfigMap, index: by-cm}]
+      backoff: {base: 2s, max: 1s}
+      retries: 3
+"#;
+        let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
+        assert!(
+            problems.iter().all(|p| p.position.is_some()),
+            "every problem is located: {problems:#?}"
+        );
+        let text: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.at, p.message))
+            .collect();
+        let has = |at: &str, what: &str| text.iter().any(|p| p.starts_with(at) && p.contains(what));
+        for (at, what) in [
+            (
+                "plugins[0].reconcile.owns[0]",
+                "exactly one of `kind` or `resource`",
+            ),
+            (
+                "plugins[0].reconcile.watches[0].index",
+                "no index \"deployments-by-configmap\" on a handled kind",
+            ),
+            (
+                "plugins[0].reconcile.watches[1].index",
+                "no index \"on-a-read-kind\" on a handled kind",
+            ),
+            ("plugins[0].reconcile.backoff.base", "must be more than 0s"),
+            ("plugins[0].reconcile.qps", "must be more than 0"),
+            ("plugins[0].reconcile.burst", "must be more than 0"),
+            ("plugins[1].reconcile", "unknown field `retries`"),
+        ] {
+            assert!(has(at, what), "{at}: {what} in {text:#?}");
+        }
+        let fixed = bad.replace("      retries: 3\n", "");
+        let problems = HostConfig::parse(&fixed, PathBuf::new()).unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.at == "plugins[1].reconcile.backoff.max"
+                    && p.message == "must be at least backoff.base (2s)"),
+            "{problems:#?}"
+        );
+    }
+
+    #[test]
+    fn reconcile_defaults_are_client_gos() {
+        let yaml = "plugins:\n  - {name: a, wasm: a.wasm, handles: [{apiVersion: v1, kind: Pod}], reconcile: {}}\n";
+        let config = HostConfig::parse(yaml, PathBuf::new()).unwrap();
+        let reconcile = config.plugins[0].reconcile.clone().unwrap();
+        assert_eq!(reconcile, crate::config::ReconcileConfig::default());
+        assert_eq!(
+            (
+                reconcile.backoff.base,
+                reconcile.backoff.max,
+                reconcile.qps,
+                reconcile.burst
+            ),
+            (
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(1000),
+                10.0,
+                100
+            )
         );
     }
 }

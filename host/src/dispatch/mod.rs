@@ -5,6 +5,7 @@
 
 mod gate;
 mod queue;
+mod reconcile;
 mod status;
 mod worker;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 pub use gate::{Gate, Terms};
 pub use queue::{EventQueue, Popped, SubscriptionId, SubscriptionSink};
+pub use reconcile::{FailingKey, KeyMap, ReconcileWiring, RelatedKind, WorkQueueReport};
 pub(crate) use status::rfc3339;
 pub use status::{PluginStatus, StatusReport, TimedError};
 pub use worker::{HandledKind, PluginWorker};
@@ -67,6 +69,7 @@ impl DispatchedPlugin {
         previous: Option<(DispatchedPlugin, Duration)>,
         metrics: PluginMetrics,
         gate: Gate,
+        reconcile: ReconcileWiring,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
         let queue = EventQueue::with_metrics(max_queued, metrics.queue.clone());
@@ -74,17 +77,18 @@ impl DispatchedPlugin {
         status.loaded(instance.plugin().digest());
         metrics.running(instance.plugin().digest(), instance.plugin().contract());
         status.contract(instance.plugin().contract());
+        // Handled kinds first, then `reconcile.owns`/`watches` kinds (the worker tells them
+        // apart by their subscription id).
         let subscriptions = handled
             .iter()
+            .map(|h| &h.lister)
+            .chain(reconcile.related.iter().map(|r| &r.lister))
             .enumerate()
-            .map(|(subscription, handled)| {
-                handled
-                    .lister
-                    .informer()
-                    .subscribe(Arc::new(SubscriptionSink {
-                        queue: queue.clone(),
-                        subscription,
-                    }))
+            .map(|(subscription, lister)| {
+                lister.informer().subscribe(Arc::new(SubscriptionSink {
+                    queue: queue.clone(),
+                    subscription,
+                }))
             })
             .collect();
         let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> {
@@ -99,6 +103,7 @@ impl DispatchedPlugin {
             before,
             metrics.clone(),
             gate,
+            reconcile,
         );
         Self {
             name,

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::reconcile::WorkQueueReport;
 use crate::writer::WriteTally;
 
 /// Live counters and state of one plugin, updated by its worker.
@@ -16,6 +17,8 @@ pub struct PluginStatus {
     swaps: AtomicU64,
     synced: AtomicBool,
     details: Mutex<Details>,
+    /// The worker's copy of its work queue's counts.
+    pub(crate) work_queue: std::sync::Arc<Mutex<WorkQueueReport>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -77,6 +80,8 @@ pub struct StatusReport {
     /// How its writes ended, over all its versions (filled in by the runtime, which holds the
     /// plugin's writer).
     pub writes: WriteTally,
+    /// Its work queue: keys to reconcile and failed events to retry.
+    pub work_queue: WorkQueueReport,
 }
 
 /// `2026-11-30T10:00:00Z`.
@@ -145,6 +150,7 @@ impl PluginStatus {
             queue_depth: 0,
             synced: false,
             writes: WriteTally::default(),
+            work_queue: WorkQueueReport::default(),
         }
     }
 
@@ -183,6 +189,11 @@ impl PluginStatus {
             queue_depth,
             synced: self.is_synced(),
             writes: WriteTally::default(),
+            work_queue: self
+                .work_queue
+                .lock()
+                .expect("work queue report lock poisoned")
+                .clone(),
         }
     }
 }

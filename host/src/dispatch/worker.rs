@@ -1,6 +1,7 @@
 //! [`PluginWorker`]: the thread that delivers one plugin's queued events to its instance, one at
 //! a time, in order; backs off a failing plugin; queues resyncs; swaps in new versions between
-//! two events.
+//! two events; and between events runs the keys of its work queue ([`Work`]: reconciles and
+//! retried events), which a swap leaves in place for the new version.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -8,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::gate::Gate;
 use super::queue::{EventQueue, Popped, SubscriptionId};
+use super::reconcile::{Ran, ReconcileWiring, Work};
 use super::status::PluginStatus;
-use crate::cache::Gvk;
+use crate::cache::{Event, Gvk};
 use crate::config::SwapMode;
 use crate::error_chain;
 use crate::informer::Lister;
@@ -59,7 +61,13 @@ struct Delivery {
     log_dropped_seen: u64,
     /// Closed when this replica's leadership term ends.
     gate: Gate,
+    /// Keys to reconcile and failed events to deliver again.
+    work: Work,
 }
+
+/// How many events the worker delivers in a row while a key of its work queue is ready: events
+/// only queue keys, so a burst of changes to one object is folded into one reconcile.
+const EVENTS_PER_KEY: usize = 1024;
 
 impl PluginWorker {
     /// Starts delivering from `queue` to `instance`, after running `before` (if any) on the
@@ -77,8 +85,16 @@ impl PluginWorker {
         before: Option<Box<dyn FnOnce() + Send>>,
         metrics: PluginMetrics,
         gate: Gate,
+        reconcile: ReconcileWiring,
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
+        let kinds = handled.iter().map(|h| h.gvk.clone()).collect();
+        let work = Work::new(
+            reconcile,
+            kinds,
+            status.work_queue.clone(),
+            metrics.queue.clone(),
+        );
         let swap = Arc::new(Mutex::new(None));
         let unsynced = vec![true; handled.len()];
         let delivery = Delivery {
@@ -93,6 +109,7 @@ impl PluginWorker {
             metrics,
             log_dropped_seen: 0,
             gate,
+            work,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
@@ -159,27 +176,44 @@ impl Delivery {
         let _span = tracing::info_span!("plugin", plugin.id = %self.name).entered();
         let mut backoff = Backoff::default();
         let mut next_resync = self.resync.map(|period| Instant::now() + period);
+        let mut events_in_a_row = 0;
         loop {
             // A swap happens here, between two events (a pending swap wakes `pop`).
             if self.take_swap() {
                 backoff = Backoff::default();
             }
-            let timeout = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
+            if events_in_a_row >= EVENTS_PER_KEY && self.work.has_ready() {
+                if !self.run_work() {
+                    break;
+                }
+                events_in_a_row = 0;
+                continue;
+            }
+            let resync_in = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
+            let timeout = match (resync_in, self.work.next_in()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             match self.queue.pop(timeout) {
                 Popped::Closed => break,
                 Popped::Woken => {}
                 Popped::Timeout => {
+                    events_in_a_row = 0;
                     if let (Some(period), Some(at)) = (self.resync, next_resync.as_mut())
                         && Instant::now() >= *at
                     {
                         self.queue_resync();
                         *at = Instant::now() + period;
                     }
+                    if self.work.has_ready() && !self.run_work() {
+                        break;
+                    }
                 }
                 Popped::Event {
                     subscription,
                     event,
                 } => {
+                    events_in_a_row += 1;
                     let Some(obj) = event.object().cloned() else {
                         // `Synced`: no handler is called.
                         self.mark_synced(subscription);
@@ -188,6 +222,13 @@ impl Delivery {
                     if !self.gate.is_open() {
                         tracing::info!("leadership lost: plugin worker stops calling handlers");
                         break;
+                    }
+                    let reconciles = self.instance.reconciles();
+                    if self.work.is_related(&self.handled, subscription) {
+                        // `reconcile.owns`/`watches`: only keys, no handler.
+                        self.work
+                            .on_event(&self.handled, subscription, &obj, reconciles);
+                        continue;
                     }
                     let gvk = &self.handled[subscription].gvk;
                     let started = Instant::now();
@@ -207,6 +248,7 @@ impl Delivery {
                     match &result {
                         Ok(()) => {
                             backoff.succeeded();
+                            self.work.delivered(subscription, obj.key());
                             tracing::trace!(object.ref = %obj.key(), event.kind = event.kind(), event.durationMs = started.elapsed().as_secs_f64() * 1e3, "delivered");
                         }
                         Err(error) => {
@@ -219,6 +261,9 @@ impl Delivery {
                                 backoff.consecutive_failures(),
                                 pause,
                             );
+                            if error.wants_retry(false) && !matches!(event, Event::Delete { .. }) {
+                                self.work.retry_event(subscription, obj.key().clone());
+                            }
                             self.queue.sleep(pause);
                         }
                     }
@@ -231,10 +276,42 @@ impl Delivery {
                             error_chain(&e)
                         )
                     }));
+                    self.work
+                        .on_event(&self.handled, subscription, &obj, reconciles);
                 }
             }
         }
         tracing::info!("plugin worker stopped");
+    }
+
+    /// Runs one ready key of the work queue, unless leadership was lost (then returns false: the
+    /// worker stops).
+    fn run_work(&mut self) -> bool {
+        if !self.gate.is_open() {
+            tracing::info!("leadership lost: plugin worker stops calling handlers");
+            return false;
+        }
+        let Some(Ran {
+            what,
+            gvk,
+            key,
+            attempt,
+            result,
+            elapsed,
+        }) = self.work.run_one(&mut self.instance, &self.handled)
+        else {
+            return true;
+        };
+        self.metrics
+            .handler_call(what, call_result(&result), elapsed);
+        self.status.called(result.err().map(|e| {
+            format!(
+                "{what} {} {key} (attempt {attempt}): {}",
+                gvk.kind,
+                error_chain(&e)
+            )
+        }));
+        true
     }
 
     /// Swaps in the pending new version, if any; returns whether it did. A snapshot swap
@@ -294,6 +371,7 @@ impl Delivery {
         }
     }
 
+    /// Queues a resync: its updates of handled objects queue their keys, as any event does.
     fn queue_resync(&self) {
         resync(&self.queue, &self.handled);
     }
@@ -535,6 +613,7 @@ mod tests {
             None,
             crate::metrics::Metrics::new().plugin("slow-rec"),
             crate::dispatch::Gate::always(),
+            ReconcileWiring::default(),
         );
 
         // Five 300 ms calls cannot be delivered within 50 ms.

@@ -76,7 +76,7 @@ impl Families {
         );
         registry.register(
             "workqueue_retries",
-            "Events re-queued for another attempt (always 0: like client-go handlers, a failed call is not retried)",
+            "Keys re-queued after a failure, rate limited: failed reconciles, and handler errors that asked for a retry",
             families.retries.clone(),
         );
         registry.register(
@@ -98,9 +98,9 @@ impl Families {
             .expect("in-flight lock poisoned")
             .insert(name.to_owned(), in_flight.clone());
         // Register the series now so that an idle plugin shows zeros rather than nothing.
-        let _ = self.retries.get_or_create_owned(&label);
         let _ = self.coalesced.get_or_create_owned(&label);
         QueueMetrics {
+            retries: self.retries.get_or_create_owned(&label),
             depth: self.depth.get_or_create_owned(&label),
             adds: self.adds.get_or_create_owned(&label),
             queue_duration: self.queue_duration.get_or_create_owned(&label),
@@ -119,6 +119,7 @@ pub struct QueueMetrics {
     queue_duration: Histogram,
     work_duration: Histogram,
     coalesced: Counter,
+    retries: Counter,
     in_flight: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -131,6 +132,7 @@ impl Default for QueueMetrics {
             queue_duration: workqueue_histogram(),
             work_duration: workqueue_histogram(),
             coalesced: Counter::default(),
+            retries: Counter::default(),
             in_flight: Arc::default(),
         }
     }
@@ -141,6 +143,11 @@ impl QueueMetrics {
     pub fn added(&self, depth: usize) {
         self.adds.inc();
         self.depth.set(depth as i64);
+    }
+
+    /// A key of the plugin's work queue was re-queued after a failure.
+    pub fn retried(&self) {
+        self.retries.inc();
     }
 
     /// An update was merged into a queued one.

@@ -153,6 +153,22 @@ pub enum CallError {
     /// The handler returned an error.
     #[error("handler returned an error: {0}")]
     Handler(String),
+    /// The handler returned an error and asked for a retry (the `retry` import, since 0.3.1).
+    #[error("handler returned an error (retried after a backoff): {0}")]
+    HandlerRetry(String),
+    /// `reconcile` returned an error.
+    #[error("reconcile returned an error{}: {message}", if *retry { " (retried after a backoff)" } else { "" })]
+    Reconcile {
+        /// What the plugin said.
+        message: String,
+        /// Whether it asked for a retry.
+        retry: bool,
+    },
+    /// `reconcile` was called on a plugin that does not export `reconciler`.
+    #[error(
+        "the plugin does not export wasmformer:plugin/reconciler (built for contract 0.3.0 or earlier, or without a reconciler)"
+    )]
+    NoReconciler,
     /// `init` returned an error.
     #[error("init returned an error: {0}")]
     Init(String),
@@ -187,6 +203,17 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// Whether the key or event is retried after a backoff: a handler or reconcile that asked
+    /// for it, and a reconcile that trapped (as controller-runtime retries a reconciler's panic).
+    pub fn wants_retry(&self, reconcile: bool) -> bool {
+        match self {
+            Self::HandlerRetry(_) => true,
+            Self::Reconcile { retry, .. } => *retry,
+            Self::Trap { .. } | Self::Instantiate(_) | Self::Init(_) => reconcile,
+            Self::Handler(_) | Self::NoReconciler => false,
+        }
+    }
+
     /// The trap kind, if the call trapped.
     pub fn trap_kind(&self) -> Option<TrapKind> {
         match self {

@@ -99,8 +99,45 @@ impl PluginInstance {
         }
         self.calls += 1;
         let result = self.ensure_live().and_then(|_| {
-            self.call(|bindings, store| bindings.call_event(store, gvk, event))?
-                .map_err(CallError::Handler)
+            let (result, retry) = self.call(|bindings, store| {
+                let result = bindings.call_event(store, gvk, event);
+                Ok((result?, store.data().retry_requested))
+            })?;
+            result.map_err(|message| match retry {
+                true => CallError::HandlerRetry(message),
+                false => CallError::Handler(message),
+            })
+        });
+        if result.is_err() {
+            self.failures += 1;
+        }
+        result
+    }
+
+    /// Whether this version exports `reconciler`.
+    pub fn reconciles(&self) -> bool {
+        self.plugin.reconciles()
+    }
+
+    /// Reconciles the object `namespace`/`name` of kind `gvk`; returns its requeue-after. On a
+    /// trap the instance is discarded, as for [`PluginInstance::handle`].
+    pub fn reconcile(
+        &mut self,
+        gvk: &Gvk,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Duration>, CallError> {
+        if !self.reconciles() {
+            return Err(CallError::NoReconciler);
+        }
+        self.calls += 1;
+        let result = self.ensure_live().and_then(|_| {
+            self.call(|bindings, store| {
+                bindings
+                    .call_reconcile(store, gvk, namespace, name)
+                    .unwrap_or(Ok(Err(("no reconciler".to_owned(), false))))
+            })?
+            .map_err(|(message, retry)| CallError::Reconcile { message, retry })
         });
         if result.is_err() {
             self.failures += 1;
@@ -167,6 +204,7 @@ impl PluginInstance {
         let started = Instant::now();
         live.store.data_mut().deadline = started + self.limits.deadline;
         live.store.data_mut().writes_this_call = 0;
+        live.store.data_mut().retry_requested = false;
         live.store
             .set_epoch_deadline(deadline_ticks(self.limits.deadline));
         self.log

@@ -15,12 +15,16 @@ use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadEr
 
 /// The interface every plugin exports (without version).
 const HANDLER_INTERFACE: &str = "wasmformer:plugin/handler";
+/// The interface a controller plugin exports besides (since 0.3.1; without version).
+const RECONCILER_INTERFACE: &str = "wasmformer:plugin/reconciler";
 
 /// What a component says about itself: the contract it was built for and what it imports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContractInfo {
     /// The `wasmformer:plugin` version its handler export was built for, if it has one.
     pub contract_version: Option<String>,
+    /// Whether it exports `reconciler` (a controller, since 0.3.1).
+    pub reconciler: bool,
     /// Every export name.
     pub exports: Vec<String>,
     /// Every import name.
@@ -98,10 +102,12 @@ impl LoadedPlugin {
             .linker()
             .instantiate_pre(&component)
             .map_err(|source| unlinked(&info, &plugin, &file, source))?;
-        let pre = Pre::new(minor, instance_pre).map_err(|source| LoadError::UnsatisfiedImport {
-            plugin: plugin.clone(),
-            path: file.clone(),
-            source,
+        let pre = Pre::new(minor, info.reconciler, instance_pre).map_err(|source| {
+            LoadError::UnsatisfiedImport {
+                plugin: plugin.clone(),
+                path: file.clone(),
+                source,
+            }
         })?;
         let load_time = started.elapsed();
         tracing::info!(
@@ -124,6 +130,11 @@ impl LoadedPlugin {
     /// The contract version it was built for (`0.2.0`).
     pub fn contract(&self) -> &str {
         &self.inner.contract
+    }
+
+    /// Whether it exports `reconciler` (it is a controller).
+    pub fn reconciles(&self) -> bool {
+        self.inner.pre.reconciles()
     }
 
     /// The plugin's name from the configuration.
@@ -274,8 +285,13 @@ fn describe(engine: &Engine, component: &Component) -> ContractInfo {
         e.strip_prefix(HANDLER_INTERFACE)
             .map(|rest| rest.strip_prefix('@').unwrap_or("unversioned").to_owned())
     });
+    let reconciler = exports.iter().any(|e| {
+        e.strip_prefix(RECONCILER_INTERFACE)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+    });
     ContractInfo {
         contract_version,
+        reconciler,
         exports,
         imports,
     }

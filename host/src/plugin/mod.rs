@@ -19,12 +19,29 @@ mod instance;
 mod load;
 mod world;
 
-/// Host-side bindings generated from `wit/` (the current contract, 0.3.0).
+/// Host-side bindings generated from `wit/` (the current contract, 0.3.1).
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "plugin",
         imports: { default: trappable },
+    });
+}
+
+/// Host-side bindings of the `controller` world (0.3.1: `plugin` plus the `reconciler` export),
+/// for plugins that export `reconciler`; its imports are `bindings`' own.
+pub(crate) mod bindings_controller {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "controller",
+        imports: { default: trappable },
+        with: {
+            "wasmformer:plugin/types": super::bindings::wasmformer::plugin::types,
+            "wasmformer:plugin/lister": super::bindings::wasmformer::plugin::lister,
+            "wasmformer:plugin/log": super::bindings::wasmformer::plugin::log,
+            "wasmformer:plugin/writer": super::bindings::wasmformer::plugin::writer,
+            "wasmformer:plugin/retry": super::bindings::wasmformer::plugin::retry,
+        },
     });
 }
 
@@ -51,7 +68,8 @@ pub use load::{ContractInfo, LoadedPlugin, inspect};
 /// The WIT package this host implements.
 pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
 /// The contract version this host implements; plugins built for any `0.3.x` are accepted, and
-/// for `0.2.x` (the contract before `writer`).
-pub const CONTRACT_VERSION: &str = "0.3.0";
+/// for `0.2.x` (the contract before `writer`). 0.3.1 added the optional `reconciler` export and
+/// the `retry` import; plugins built for 0.3.0 load unchanged.
+pub const CONTRACT_VERSION: &str = "0.3.1";
 /// The older contract versions still linked: `0.2.x` plugins load unchanged.
 pub const LEGACY_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];

@@ -7,6 +7,13 @@
 //! handlers see each event's object); every call's outcome is reported. The whole script is
 //! checked ([`Script::check`]) before the plugin starts. Writes are recorded in order, checked
 //! against the script's grants and the plugin's limits like a running host's, but never sent.
+//!
+//! A plugin that exports `reconciler` is also reconciled: each handled event queues its key in a
+//! [`WorkQueue`] on a [`VirtualClock`] (client-go's default limits); after each event the ready
+//! keys run, and after the last one the clock jumps from one scheduled key to the next (retries
+//! after their backoff, requeue-afters once), so a replay is instant and deterministic. Each
+//! reconcile is reported with its attempt number, its virtual time and the backoff that follows
+//! a retried failure.
 
 mod feed;
 mod script;
@@ -23,12 +30,28 @@ use crate::cache::{Event, Gvk, ObjectKey, Store};
 use crate::plugin::{
     CallError, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess,
 };
+use crate::workqueue::{RateLimits, VirtualClock, WorkQueue};
 use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
+
+/// At most this many reconciles run after the script's last event (a reconciler that always
+/// fails or always requeues would otherwise run forever on the virtual clock).
+const RECONCILES_AFTER_THE_SCRIPT: usize = 100;
+
+/// A reconcile's place in its key's retry sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileStep {
+    /// 1 + the key's failures before it.
+    pub attempt: u32,
+    /// The virtual time it ran at, from the replay's start.
+    pub at: Duration,
+    /// After a failure that is retried: how long until the next attempt.
+    pub backoff: Option<Duration>,
+}
 
 /// What happened to one scripted event.
 #[derive(Debug)]
 pub struct CallOutcome {
-    /// `add`, `update` or `delete`.
+    /// `add`, `update`, `delete` or `reconcile`.
     pub event: &'static str,
     /// The object's kind.
     pub gvk: Gvk,
@@ -46,12 +69,23 @@ pub struct CallOutcome {
     pub writes: Vec<RecordedWrite>,
     /// The error, if the call failed.
     pub error: Option<CallError>,
+    /// For a reconcile: its attempt, time and the backoff after it.
+    pub reconcile: Option<ReconcileStep>,
 }
 
 impl fmt::Display for CallOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.event == "init" {
             write!(f, "init   ")?;
+        } else if let Some(step) = &self.reconcile {
+            write!(
+                f,
+                "reconcile {} {} (attempt {}, at {}ms) ",
+                self.gvk.kind,
+                self.key,
+                step.attempt,
+                step.at.as_millis()
+            )?;
         } else {
             write!(
                 f,
@@ -64,12 +98,16 @@ impl fmt::Display for CallOutcome {
             }
         }
         match &self.error {
-            None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3),
+            None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3)?,
             Some(e) => write!(
                 f,
                 "FAILED in {:.1}ms: {e}",
                 self.elapsed.as_secs_f64() * 1e3
-            ),
+            )?,
+        }
+        match self.reconcile.and_then(|step| step.backoff) {
+            Some(backoff) => write!(f, "; retry after {}ms", backoff.as_millis()),
+            None => Ok(()),
         }
     }
 }
@@ -144,8 +182,13 @@ pub fn run(
         logs: std::mem::take(&mut *lines.lock().expect("log lines")),
         writes: recording.take(),
         error: None,
+        reconcile: None,
     };
     report(&init);
+    let clock = VirtualClock::new();
+    let mut work: WorkQueue<(Gvk, ObjectKey)> =
+        WorkQueue::new(Arc::new(clock.clone()), RateLimits::default());
+    let reconciles = instance.reconciles();
 
     let handled = script.handled_kinds();
     let mut outcomes = vec![init];
@@ -176,11 +219,79 @@ pub fn run(
             logs: std::mem::take(&mut *lines.lock().expect("log lines")),
             writes: recording.take(),
             error,
+            reconcile: None,
         };
         report(&outcome);
         outcomes.push(outcome);
+        if reconciles {
+            work.add((gvk.clone(), obj.key().clone()));
+            while let Some(key) = work.get() {
+                let outcome =
+                    reconcile_one(&mut instance, &mut work, &clock, key, &lines, &recording);
+                report(&outcome);
+                outcomes.push(outcome);
+            }
+        }
+    }
+    let mut after = 0;
+    while after < RECONCILES_AFTER_THE_SCRIPT
+        && let Some(at) = work.next_due()
+    {
+        clock.advance_to(at);
+        while let Some(key) = work.get() {
+            let outcome = reconcile_one(&mut instance, &mut work, &clock, key, &lines, &recording);
+            report(&outcome);
+            outcomes.push(outcome);
+            after += 1;
+        }
     }
     Ok(outcomes)
+}
+
+/// Runs one reconcile of `key` and re-queues it as a live worker would.
+fn reconcile_one(
+    instance: &mut PluginInstance,
+    work: &mut WorkQueue<(Gvk, ObjectKey)>,
+    clock: &VirtualClock,
+    key: (Gvk, ObjectKey),
+    lines: &Mutex<Vec<LogLine>>,
+    recording: &Recording,
+) -> CallOutcome {
+    let attempt = work.num_requeues(&key) + 1;
+    let (gvk, object) = key.clone();
+    let started = Instant::now();
+    let result = instance.reconcile(&gvk, &object.namespace, &object.name);
+    let elapsed = started.elapsed();
+    let mut backoff = None;
+    match &result {
+        Ok(requeue) => {
+            work.forget(&key);
+            if let Some(after) = requeue {
+                work.add_after(key.clone(), *after);
+            }
+        }
+        Err(error) if error.wants_retry(true) => {
+            backoff = Some(work.add_rate_limited(key.clone()));
+        }
+        Err(_) => work.forget(&key),
+    }
+    work.done(&key);
+    CallOutcome {
+        event: "reconcile",
+        gvk,
+        key: object,
+        resource_version: String::new(),
+        marker: None,
+        elapsed,
+        logs: std::mem::take(&mut *lines.lock().expect("log lines")),
+        writes: recording.take(),
+        error: result.err(),
+        reconcile: Some(ReconcileStep {
+            attempt,
+            at: clock.elapsed(),
+            backoff,
+        }),
+    }
 }
 
 /// The writes of `outcomes`, in order, as a YAML list (what `wasmformer replay --output writes`

@@ -26,7 +26,8 @@ pub use reload::{ReloadOutcome, ReloadReport};
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, LeaseScope, PluginConfig};
 use crate::dispatch::{
-    DispatchedPlugin, Gate, HandledKind, PluginStatus, StatusReport, Terms, TimedError,
+    DispatchedPlugin, Gate, HandledKind, KeyMap, PluginStatus, ReconcileWiring, RelatedKind,
+    StatusReport, Terms, TimedError, rfc3339,
 };
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
@@ -138,6 +139,8 @@ struct Running {
 struct Wiring {
     handled: Vec<(InformerKey, StoreOptions)>,
     read: Vec<(InformerKey, StoreOptions)>,
+    /// `reconcile.owns`, then `reconcile.watches` (read-granted too).
+    related: Vec<(InformerKey, StoreOptions, KeyMap)>,
 }
 
 impl Runtime {
@@ -262,7 +265,14 @@ impl Runtime {
         grants.count_calls(metrics.lister_calls());
         let mut handled = Vec::new();
         let mut listers = Vec::new();
-        for (key, options) in wiring.handled.iter().chain(wiring.read.iter()) {
+        let related_keys = wiring.related.iter().map(|(k, o, _)| (k, o));
+        for (key, options) in wiring
+            .handled
+            .iter()
+            .map(|(k, o)| (k, o))
+            .chain(wiring.read.iter().map(|(k, o)| (k, o)))
+            .chain(related_keys)
+        {
             let informer = self
                 .factory
                 .informer(key.clone(), options)
@@ -283,6 +293,24 @@ impl Runtime {
         for ((key, _), lister) in wiring.read.iter().zip(&listers[wiring.handled.len()..]) {
             grants.grant_source(key.gvk(), Arc::new(lister.clone()));
         }
+        let mut related = Vec::new();
+        let first_related = wiring.handled.len() + wiring.read.len();
+        for ((key, _, map), lister) in wiring.related.iter().zip(&listers[first_related..]) {
+            grants.grant_source(key.gvk(), Arc::new(lister.clone()));
+            related.push(RelatedKind {
+                gvk: key.gvk(),
+                lister: lister.clone(),
+                map: map.clone(),
+            });
+        }
+        let reconcile = ReconcileWiring {
+            limits: plugin
+                .reconcile
+                .as_ref()
+                .map(rate_limits)
+                .unwrap_or_default(),
+            related,
+        };
         let terms = match (&self.election, &self.share) {
             (None, None) => None,
             (_, Some(share)) => Some(share.election(&name).terms().clone()),
@@ -322,8 +350,9 @@ impl Runtime {
             previous,
             metrics,
             gate,
+            reconcile,
         );
-        tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), "plugin started");
+        tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), related = wiring.related.len(), "plugin started");
         self.metrics.plugin_leader(&name, true);
         self.failed.lock().expect("failed lock").remove(&name);
         plugins.insert(
@@ -415,7 +444,24 @@ impl Runtime {
             let options = options_for(&gvk_of(&resource));
             read.push((InformerKey::new(resource, namespaced), options));
         }
-        Ok(Wiring { handled, read })
+        let mut related = Vec::new();
+        let reconcile = plugin.reconcile.clone().unwrap_or_default();
+        let maps = reconcile.owns.iter().map(|_| KeyMap::Owner).chain(
+            reconcile
+                .watches
+                .iter()
+                .map(|w| KeyMap::Index(w.index.clone())),
+        );
+        for (kind, map) in plugin.related_kinds().iter().zip(maps) {
+            let (resource, namespaced) = self.resolve(plugin, kind).await?;
+            let options = options_for(&gvk_of(&resource));
+            related.push((InformerKey::new(resource, namespaced), options, map));
+        }
+        Ok(Wiring {
+            handled,
+            read,
+            related,
+        })
     }
 
     async fn resolve(
@@ -611,5 +657,15 @@ fn gvk_of(resource: &ApiResource) -> Gvk {
         group: resource.group.clone(),
         version: resource.version.clone(),
         kind: resource.kind.clone(),
+    }
+}
+
+/// The work queue's rate limits from `reconcile:`.
+fn rate_limits(reconcile: &crate::config::ReconcileConfig) -> crate::workqueue::RateLimits {
+    crate::workqueue::RateLimits {
+        base: reconcile.backoff.base,
+        max: reconcile.backoff.max,
+        qps: reconcile.qps,
+        burst: reconcile.burst,
     }
 }

@@ -391,6 +391,7 @@ fn same_subscriptions(a: &PluginConfig, b: &PluginConfig) -> bool {
         && a.indexes == b.indexes
         && a.resync == b.resync
         && a.max_queued_events == b.max_queued_events
+        && a.reconcile == b.reconcile
 }
 
 /// A change to the running plugins, with where its report goes.

@@ -11,6 +11,7 @@ mod legacy;
 mod lister;
 mod log;
 pub(crate) mod poll;
+mod retry;
 mod stdio;
 mod writer;
 
@@ -89,6 +90,8 @@ pub struct HostState {
     pub(crate) in_init: bool,
     /// Writes made in the running call.
     pub(crate) writes_this_call: usize,
+    /// Whether the running call asked for a retry of its failure (the `retry` import).
+    pub(crate) retry_requested: bool,
 }
 
 impl HostState {
@@ -118,6 +121,7 @@ impl HostState {
             deadline: Instant::now(),
             in_init: false,
             writes_this_call: 0,
+            retry_requested: false,
         }
     }
 
