@@ -170,6 +170,7 @@ impl PluginStatus {
             queue_depth: 0,
             synced,
             writes: WriteTally::default(),
+            work_queue: WorkQueueReport::default(),
         }
     }
 

@@ -27,7 +27,7 @@ use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, LeaseScope, PluginConfig};
 use crate::dispatch::{
     DispatchedPlugin, Gate, HandledKind, KeyMap, PluginStatus, ReconcileWiring, RelatedKind,
-    StatusReport, Terms, TimedError, rfc3339,
+    StatusReport, Terms, TimedError,
 };
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
