@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -275,4 +276,125 @@ fn push_names_an_unreachable_registry_and_refuses_what_is_not_a_plugin() {
         stderr.starts_with(&format!("error: pushing to {reference} failed: ")),
         "{stderr}"
     );
+}
+
+/// A private registry: credentials come from a Docker `config.json` (`push --registry-auth`,
+/// `host.registryAuth`); none, or wrong ones, are refused with an error naming the plugin, the
+/// reference and how access was attempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_registry_takes_credentials_from_a_docker_config() {
+    let registry = OciRegistry::start_with_login("ci", "s3cret");
+    let host = registry.host();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("recorder.wasm");
+    std::fs::copy(guests::RECORDER, &wasm).unwrap();
+    // `docker login`'s format: base64("user:password") under the registry's host.
+    let docker_config = |name: &str, login: &str| {
+        let file = dir.path().join(name);
+        let auth = base64::engine::general_purpose::STANDARD.encode(login);
+        std::fs::write(
+            &file,
+            json!({"auths": {host.clone(): {"auth": auth}}}).to_string(),
+        )
+        .unwrap();
+        file
+    };
+    let (good, wrong) = (
+        docker_config("good.json", "ci:s3cret"),
+        docker_config("wrong.json", "ci:guess"),
+    );
+    let tag = format!("oci://{host}/private/recorder:1");
+    // No Docker CLI config of the machine's may leak in.
+    let no_docker = dir.path().join("no-docker");
+    let wasmformer = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_wasmformer"))
+            .args(args)
+            .env("DOCKER_CONFIG", &no_docker)
+            .env("WASMFORMER_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+
+    // push: refused anonymously, accepted with the credentials.
+    let (ok, text) = wasmformer(&["push", "--insecure", wasm.to_str().unwrap(), &tag]);
+    assert!(
+        !ok && text.contains(&format!("pushing to {tag} failed")),
+        "{text}"
+    );
+    let (ok, text) = wasmformer(&[
+        "push",
+        "--insecure",
+        "--registry-auth",
+        good.to_str().unwrap(),
+        wasm.to_str().unwrap(),
+        &tag,
+    ]);
+    assert!(ok, "{text}");
+
+    // validate pulls: with host.registryAuth it loads; without, or with a wrong password, the
+    // error says the registry refused and how access was attempted.
+    let validate = |auth: Option<&Path>| {
+        let auth = auth.map_or_else(String::new, |f| {
+            format!(", registryAuth: \"{}\"", f.display())
+        });
+        let file = dir.path().join("validate.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "host: {{insecureRegistries: [\"{host}\"]{auth}}}\nplugins:\n  - {{name: rec, wasm: \"{tag}\", handles: [{{apiVersion: v1, kind: ConfigMap}}]}}\n"
+            ),
+        )
+        .unwrap();
+        wasmformer(&["validate", "--offline", "--config", file.to_str().unwrap()])
+    };
+    let (ok, text) = validate(Some(&good));
+    assert!(ok, "{text}");
+    let (ok, text) = validate(None);
+    assert!(
+        !ok && text.contains(&format!(
+            "plugin rec: the registry refused access to {tag} (anonymously: "
+        )),
+        "{text}"
+    );
+    let (ok, text) = validate(Some(&wrong));
+    assert!(
+        !ok && text.contains(&format!(
+            "plugin rec: the registry refused access to {tag} (with the credentials for {host} in {}",
+            wrong.display()
+        )),
+        "{text}"
+    );
+    let (ok, text) = validate(Some(&dir.path().join("absent.json")));
+    assert!(
+        !ok && text.contains("plugin rec: no credentials for ")
+            && text.contains("cannot read host.registryAuth "),
+        "{text}"
+    );
+
+    // The running host pulls with host.registryAuth (relative to the config file) too.
+    let (dev, client) = wasmformer_tests::dev_cluster_with_namespace(NS).await;
+    let yaml = format!(
+        "host: {{insecureRegistries: [\"{host}\"], registryAuth: good.json}}\nplugins:\n  - {{name: rec, wasm: \"{tag}\", handles: [{{apiVersion: v1, kind: ConfigMap, namespace: {NS}}}]}}\n"
+    );
+    let config = HostConfig::parse(&yaml, dir.path().to_owned()).unwrap();
+    let engine = Arc::new(PluginEngine::new(Some(dir.path().join("components"))).unwrap());
+    let runtime = Runtime::start(config, client, engine, RuntimeOptions::default()).await;
+    assert!(
+        runtime.wait_synced(WAIT).await,
+        "{:#?}",
+        runtime.statuses().await
+    );
+    let recorder = std::fs::read(guests::RECORDER).unwrap();
+    assert_eq!(
+        version(&runtime, "rec").await,
+        sha256_digest(&recorder)["sha256:".len()..]
+    );
+    runtime.shutdown().await;
+    dev.shutdown().await.unwrap();
 }

@@ -44,6 +44,7 @@ pub fn registry_binary() -> PathBuf {
 pub struct OciRegistry {
     port: u16,
     tls: bool,
+    login: bool,
     child: Mutex<Option<Child>>,
     dir: tempfile::TempDir,
 }
@@ -51,17 +52,33 @@ pub struct OciRegistry {
 impl OciRegistry {
     /// Starts one serving plain HTTP on a free loopback port.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, None)
     }
 
     /// Starts one serving HTTPS on a free loopback port with `cert` and `key` (PEM files; the
     /// certificate must name 127.0.0.1).
     pub fn start_tls(cert: &Path, key: &Path) -> Self {
-        Self::start_with(Some((cert, key)))
+        Self::start_with(Some((cert, key)), None)
     }
 
-    fn start_with(tls: Option<(&Path, &Path)>) -> Self {
+    /// A registry that answers only `user` with `password` (HTTP basic auth, the registry's
+    /// `htpasswd` backend), over plain HTTP.
+    pub fn start_with_login(user: &str, password: &str) -> Self {
+        Self::start_with(None, Some((user, password)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>, login: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
+        let auth = login.map_or_else(String::new, |(user, password)| {
+            let file = dir.path().join("htpasswd");
+            let hash = bcrypt::hash(password, 4).expect("bcrypt");
+            std::fs::write(&file, format!("{user}:{hash}\n")).unwrap();
+            format!(
+                "auth:\n  htpasswd: {{realm: wasmformer-tests, path: {}}}\n",
+                file.display()
+            )
+        });
+        let login = login.is_some();
         let port = free_port();
         let config = dir.path().join("config.yml");
         let tls = tls.map_or_else(String::new, |(cert, key)| {
@@ -74,7 +91,7 @@ impl OciRegistry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls}",
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\n{auth}http:\n  addr: 127.0.0.1:{port}\n{tls}",
                 dir.path().join("data").display()
             ),
         )
@@ -98,6 +115,7 @@ impl OciRegistry {
         let registry = Self {
             port,
             tls: !tls.is_empty(),
+            login,
             child: Mutex::new(Some(child)),
             dir,
         };
@@ -113,7 +131,12 @@ impl OciRegistry {
             if self.tls {
                 std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
             } else {
-                ureq::get(&url).call().is_ok()
+                // With a login, /v2/ answers 401: answering at all is ready.
+                match ureq::get(&url).call() {
+                    Ok(_) => true,
+                    Err(ureq::Error::StatusCode(401)) => self.login,
+                    Err(_) => false,
+                }
             }
         };
         while !answers() {

@@ -21,6 +21,10 @@ pub struct PushArgs {
     /// Speak plain HTTP to this registry (as `host.insecureRegistries` does for pulls).
     #[arg(long)]
     insecure: bool,
+    /// A Docker config.json with the registry's credentials (as `host.registryAuth` is for
+    /// pulls); default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when it exists.
+    #[arg(long, value_name = "FILE")]
+    registry_auth: Option<PathBuf>,
 }
 
 pub fn run(args: PushArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -57,6 +61,7 @@ pub fn run(args: PushArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCod
             vec![]
         },
         cache: None,
+        auth_file: args.registry_auth,
     };
     let component = serde_json::json!({"exports": info.exports, "imports": info.imports});
     let tokio = tokio::runtime::Runtime::new()?;

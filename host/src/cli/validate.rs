@@ -70,7 +70,7 @@ fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Proble
             .and_then(|n| n.as_str())
             .map_or_else(|| format!("plugins[{i}]"), str::to_owned);
         let loaded = match wasmformer::oci::reference_of(Path::new(wasm)) {
-            Some(reference) => pull_and_load(engine, &doc, &name, wasm, reference),
+            Some(reference) => pull_and_load(engine, &doc, base_dir, &name, wasm, reference),
             None => {
                 LoadedPlugin::load(engine, &name, &base_dir.join(wasm)).map_err(|e| error_chain(&e))
             }
@@ -90,10 +90,12 @@ fn check_wasm(engine: &PluginEngine, text: &str, base_dir: &Path) -> (Vec<Proble
     (problems, warnings)
 }
 
-/// Pulls an `oci://` plugin (with the document's `host.insecureRegistries`) and loads it.
+/// Pulls an `oci://` plugin (with the document's `host.insecureRegistries` and
+/// `host.registryAuth`) and loads it.
 fn pull_and_load(
     engine: &PluginEngine,
     doc: &serde_json::Value,
+    base_dir: &Path,
     name: &str,
     wasm: &str,
     reference: &str,
@@ -112,6 +114,10 @@ fn pull_and_load(
         cache: engine
             .cache_dir()
             .map(|dir| wasmformer::oci::BlobCache::new(dir.join("oci"))),
+        auth_file: doc
+            .pointer("/host/registryAuth")
+            .and_then(|f| f.as_str())
+            .map(|f| base_dir.join(f)),
     };
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -51,6 +51,11 @@ pub struct HostSettings {
     /// `insecureRegistries: [127.0.0.1:5000]` — registries (`host:port`, as in `oci://` references)
     /// reached over plain HTTP instead of HTTPS; meant for a registry on loopback or in a test.
     pub insecure_registries: Vec<String>,
+    /// `registryAuth: /var/run/secrets/registry/.dockerconfigjson` — a Docker `config.json`
+    /// (`auths`, credential helpers) with the credentials of private registries, relative to the
+    /// config file; unset: `$DOCKER_CONFIG/config.json` or `~/.docker/config.json` when one exists,
+    /// else anonymous.
+    pub registry_auth: Option<PathBuf>,
     /// `leaderElection: {enabled: true}` — elect one replica to call handlers (see
     /// [`LeaderElection`]). Read at start.
     pub leader_election: LeaderElection,
@@ -67,6 +72,7 @@ impl Default for HostSettings {
             watch_config: true,
             max_object_bytes: 2 << 20,
             insecure_registries: Vec::new(),
+            registry_auth: None,
             leader_election: LeaderElection::default(),
         }
     }

@@ -9,22 +9,23 @@
 //! registry; every blob is checked against its digest. [`push`] publishes a component the same way.
 //!
 //! Registries are spoken to over HTTPS; `host.insecureRegistries` (or `push --insecure`) names
-//! the ones reached over plain HTTP instead. Pulls are anonymous (public registries hand out
-//! anonymous tokens; credentials are not supported yet).
+//! the ones reached over plain HTTP instead. Credentials come from a Docker `config.json`
+//! ([`auth`]); a registry it does not name is spoken to anonymously.
 
+mod auth;
 mod cache;
 mod source;
 
+pub use auth::credentials;
 pub use cache::BlobCache;
 pub use source::PluginSource;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciImageManifest;
-use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
@@ -47,6 +48,9 @@ pub struct Registries {
     pub insecure: Vec<String>,
     /// Pulled components by digest; `None`: pull every time.
     pub cache: Option<BlobCache>,
+    /// The Docker `config.json` to take credentials from (`host.registryAuth`, `push
+    /// --registry-auth`); `None`: the Docker CLI's own, when there is one.
+    pub auth_file: Option<PathBuf>,
 }
 
 /// A component pulled from a registry.
@@ -117,7 +121,30 @@ pub enum PullError {
         /// What it is instead.
         why: String,
     },
-    /// Any other registry answer (unauthorized, a server error, a blob that fails its digest).
+    /// The credentials for the registry could not be read.
+    #[error("plugin {plugin}: no credentials for oci://{reference}: {why}")]
+    Credentials {
+        /// The plugin.
+        plugin: String,
+        /// The reference.
+        reference: String,
+        /// Which file, and what is wrong with it.
+        why: String,
+    },
+    /// The registry refused the request: no credentials, wrong ones, or no access to the repository.
+    #[error("plugin {plugin}: the registry refused access to oci://{reference} ({how})")]
+    Unauthorized {
+        /// The plugin.
+        plugin: String,
+        /// The reference.
+        reference: String,
+        /// `anonymously: …` or `with the credentials of …`.
+        how: String,
+        /// The registry's error.
+        #[source]
+        source: OciDistributionError,
+    },
+    /// Any other registry answer (a server error, a blob that fails its digest).
     #[error("plugin {plugin}: pulling oci://{reference} failed")]
     Registry {
         /// The plugin.
@@ -141,6 +168,14 @@ pub enum PushError {
         /// The parser's reason.
         #[source]
         source: oci_client::ParseError,
+    },
+    /// The credentials for the registry could not be read.
+    #[error("no credentials for oci://{reference}: {why}")]
+    Credentials {
+        /// The reference.
+        reference: String,
+        /// Which file, and what is wrong with it.
+        why: String,
     },
     /// The push was refused or the registry could not be reached.
     #[error("pushing to oci://{reference} failed")]
@@ -202,10 +237,17 @@ pub async fn pull(
             from_cache: true,
         });
     }
-    let failed = |source: OciDistributionError| classify(&plugin, &text, &parsed, source);
+    let (auth, how) = credentials(registries.auth_file.as_deref(), &parsed).map_err(|why| {
+        PullError::Credentials {
+            plugin: plugin.clone(),
+            reference: text.clone(),
+            why,
+        }
+    })?;
+    let failed = |source: OciDistributionError| classify(&plugin, &text, &parsed, &how, source);
     let client = client(registries);
     let (manifest, digest) = client
-        .pull_image_manifest(&parsed, &RegistryAuth::Anonymous)
+        .pull_image_manifest(&parsed, &auth)
         .await
         .map_err(failed)?;
     if let Some(pinned) = &pinned
@@ -271,9 +313,30 @@ fn classify(
     plugin: &str,
     text: &str,
     parsed: &Reference,
+    how: &str,
     source: OciDistributionError,
 ) -> PullError {
     let (plugin, reference) = (plugin.to_owned(), text.to_owned());
+    let refused = match &source {
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
+        OciDistributionError::AuthenticationFailure(_)
+        | OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => true,
+        _ => false,
+    };
+    if refused {
+        return PullError::Unauthorized {
+            plugin,
+            reference,
+            how: how.to_owned(),
+            source,
+        };
+    }
     let missing = match &source {
         OciDistributionError::RegistryError { envelope, .. } => {
             envelope.errors.iter().find_map(|e| match e.code {
@@ -332,6 +395,12 @@ pub async fn push(
         reference: text.clone(),
         source,
     })?;
+    let (auth, _) = credentials(registries.auth_file.as_deref(), &parsed).map_err(|why| {
+        PushError::Credentials {
+            reference: text.clone(),
+            why,
+        }
+    })?;
     let failed = |source| PushError::Registry {
         reference: text.clone(),
         source,
@@ -356,11 +425,11 @@ pub async fn push(
     )];
     let client = client(registries);
     client
-        .push(&parsed, &layers, config, &RegistryAuth::Anonymous, None)
+        .push(&parsed, &layers, config, &auth, None)
         .await
         .map_err(failed)?;
     let manifest_digest = client
-        .fetch_manifest_digest(&parsed, &RegistryAuth::Anonymous)
+        .fetch_manifest_digest(&parsed, &auth)
         .await
         .map_err(failed)?;
     Ok(Pushed {

@@ -25,11 +25,17 @@ pub enum PluginSource {
 }
 
 impl Registries {
-    /// The settings of `config` (`host.insecureRegistries`), keeping pulled components in the
+    /// The settings of `config` (`host.insecureRegistries`, `host.registryAuth`), keeping pulled
+    /// components in the
     /// `oci/` folder of `engine`'s compile cache directory (none when caching is off).
     pub fn of(config: &HostConfig, engine: &PluginEngine) -> Self {
         Self {
             insecure: config.host.insecure_registries.clone(),
+            auth_file: config
+                .host
+                .registry_auth
+                .as_ref()
+                .map(|file| config.base_dir.join(file)),
             cache: engine
                 .cache_dir()
                 .map(|dir| BlobCache::new(dir.join("oci"))),
