@@ -41,11 +41,16 @@ pub const TABLES_PER_INSTANCE: u32 = 8;
 const CORE_INSTANCES_PER_INSTANCE: u32 = 16;
 /// Elements one table may hold (interpreters built to wasm have tens of thousands of functions).
 const TABLE_ELEMENTS: usize = 100_000;
+/// The largest instance metadata (`VMContext`) allowed, per core instance and per component: a
+/// bound checked when a component is loaded, not memory set aside. An interpreter's context
+/// (tens of thousands of functions) would not fit wasmtime's default of 1 MiB.
+const INSTANCE_METADATA_BYTES: usize = 16 << 20;
 /// Bytes of a released linear memory reset with `memset` instead of given back to the kernel,
 /// so a recreated instance does not fault those pages in again.
 const KEEP_RESIDENT: usize = 128 << 10;
-/// Released slots that keep their resident pages for reuse.
-const WARM_SLOTS: u32 = 16;
+/// Released slots that keep their resident pages for reuse (wasmtime's default): at most
+/// `WARM_SLOTS × KEEP_RESIDENT` (12.5 MiB) held by slots no instance uses.
+const WARM_SLOTS: u32 = 100;
 
 /// How large the instance pool is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +115,8 @@ impl PluginEngine {
             .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
             .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
             .table_elements(TABLE_ELEMENTS)
+            .max_core_instance_size(INSTANCE_METADATA_BYTES)
+            .max_component_instance_size(INSTANCE_METADATA_BYTES)
             .linear_memory_keep_resident(KEEP_RESIDENT)
             .max_unused_warm_slots(WARM_SLOTS);
         let mut config = Config::new();
