@@ -31,6 +31,9 @@ const EXPIRY_STREAK_RESET: Duration = Duration::from_secs(120);
 /// How often [`Reachability`] asks the server for its version while an informer waits for it.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
+/// How long one probe may take before it counts as unanswered.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// What to do before the next attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -140,9 +143,12 @@ impl Reachability {
         Self::with_probe(move || {
             let client = client.clone();
             Box::pin(async move {
-                match client.apiserver_version().await {
-                    Ok(_) => true,
-                    Err(error) => !unreached_client(&error),
+                // A server behind a black hole would hold the probe until the client's own
+                // timeout: give up after a second and probe again.
+                match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(error)) => !unreached_client(&error),
+                    Err(_) => false,
                 }
             })
         })
