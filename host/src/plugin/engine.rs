@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -221,7 +220,9 @@ fn engine_key(engine: &Engine) -> String {
     format!("engine-{:016x}", hasher.finish())
 }
 
-/// The hex SHA-256 of `bytes`: a plugin version's identity.
-pub(crate) fn content_hash(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+/// The hex BLAKE3 hash of `bytes`: a plugin version's identity, and its key in the compile
+/// cache. BLAKE3 is a cryptographic hash like SHA-256 (same 256-bit output, no known collision)
+/// and about three times faster here: hashing the wasm is most of a cached load.
+pub fn content_digest(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
 }
