@@ -26,7 +26,9 @@ use harness::{Pair, Stats, measure, measure_batches, measure_pair};
 use serde_json::{Value, json};
 use table::ns;
 use wasmformer::cache::{CachedObject, Gvk, Store};
-use wasmformer::plugin::{Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance};
+use wasmformer::plugin::{
+    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSize,
+};
 use wasmformer_guest::Plugin;
 use wasmformer_tests::{guests, pod_gvk, realistic_pod, store_with};
 
@@ -260,7 +262,15 @@ fn main() {
     let cache_dir = std::env::var_os("WASMFORMER_BENCH_CACHE_DIR")
         .map_or_else(|| temporary.path().to_owned(), Into::into);
     let size_before = vm_size_kib();
-    let engine = PluginEngine::new(Some(cache_dir)).expect("engine");
+    // `WASMFORMER_BENCH_MAX_INSTANCES=N`: a smaller instance pool (valgrind cannot map the
+    // default pool's 4 TiB of address space).
+    let pool = std::env::var("WASMFORMER_BENCH_MAX_INSTANCES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .map_or_else(PoolSize::default, |max_instances| PoolSize {
+            max_instances,
+        });
+    let engine = PluginEngine::with_pool(Some(cache_dir), pool).expect("engine");
     // The instance pool reserves its address space when the engine is made.
     let reserved_kib = vm_size_kib().saturating_sub(size_before);
     let [empty, labels, decode, lister] = [
