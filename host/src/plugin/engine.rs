@@ -44,11 +44,8 @@ const TABLE_ELEMENTS: usize = 100_000;
 /// bound checked when a component is loaded, not memory set aside. An interpreter's context
 /// (tens of thousands of functions) would not fit wasmtime's default of 1 MiB.
 const INSTANCE_METADATA_BYTES: usize = 16 << 20;
-/// Bytes of a released linear memory reset with `memset` instead of given back to the kernel,
-/// so a recreated instance does not fault those pages in again.
-const KEEP_RESIDENT: usize = 128 << 10;
-/// Released slots that keep their resident pages for reuse (wasmtime's default): at most
-/// `WARM_SLOTS × KEEP_RESIDENT` (12.5 MiB) held by slots no instance uses.
+/// Released slots that keep their affinity (wasmtime's default): the next instance of the same
+/// component reuses one, its memory image still mapped. Their dirty pages are given back.
 const WARM_SLOTS: u32 = 100;
 
 /// How large the instance pool is.
@@ -116,7 +113,6 @@ impl PluginEngine {
             .table_elements(TABLE_ELEMENTS)
             .max_core_instance_size(INSTANCE_METADATA_BYTES)
             .max_component_instance_size(INSTANCE_METADATA_BYTES)
-            .linear_memory_keep_resident(KEEP_RESIDENT)
             .max_unused_warm_slots(WARM_SLOTS);
         let mut config = Config::new();
         config
