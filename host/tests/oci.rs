@@ -15,7 +15,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use wasmformer::config::HostConfig;
 use wasmformer::oci::sha256_digest;
-use wasmformer::plugin::PluginEngine;
+use wasmformer::plugin::{PluginEngine, content_digest};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
 use wasmformer_devcluster::{DevCluster, DevClusterConfig};
 use wasmformer_tests::registry::{OciRegistry, free_port};
@@ -41,6 +41,11 @@ fn push(file: &Path, reference: &str) -> String {
         out.status.success(),
         "push failed: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let wasm = std::fs::read(file).unwrap();
+    assert!(
+        stdout.contains(&format!("version: {}", content_digest(&wasm))),
+        "push names the version status will show: {stdout}"
     );
     stdout
         .lines()
@@ -103,7 +108,8 @@ async fn plugins_run_from_a_registry_by_tag_and_digest_and_a_new_tag_is_swapped_
     let (v1_file, v2_file) = (dir.path().join("v1.wasm"), dir.path().join("v2.wasm"));
     std::fs::write(&v1_file, &v1).unwrap();
     std::fs::write(&v2_file, &v2).unwrap();
-    let hex = |wasm: &[u8]| sha256_digest(wasm)["sha256:".len()..].to_owned();
+    // A plugin's version in `/status` is its BLAKE3 hash (`push` prints it).
+    let hex = |wasm: &[u8]| content_digest(wasm);
 
     let tag = format!("oci://{host}/plugins/recorder:stable");
     let digest = push(&v1_file, &tag);
@@ -391,10 +397,7 @@ async fn a_private_registry_takes_credentials_from_a_docker_config() {
         runtime.statuses().await
     );
     let recorder = std::fs::read(guests::RECORDER).unwrap();
-    assert_eq!(
-        version(&runtime, "rec").await,
-        sha256_digest(&recorder)["sha256:".len()..]
-    );
+    assert_eq!(version(&runtime, "rec").await, content_digest(&recorder));
     runtime.shutdown().await;
     dev.shutdown().await.unwrap();
 }

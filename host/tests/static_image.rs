@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use wasmformer::oci::sha256_digest;
+use wasmformer::plugin::content_digest;
 use wasmformer_tests::apiserver::KubeApiserver;
 use wasmformer_tests::guests;
 use wasmformer_tests::image::{Image, Jail, assert_static, static_binary};
@@ -336,7 +337,7 @@ async fn the_static_binary_runs_in_an_image_root_read_only_as_non_root_against_t
     assert_eq!(plugin["name"], "recorder", "{status}");
     assert_eq!(
         plugin["version"].as_str().unwrap(),
-        &sha256_digest(&recorder)["sha256:".len()..],
+        content_digest(&recorder),
         "{status}"
     );
     assert_eq!(plugin["synced"], true, "{status}");

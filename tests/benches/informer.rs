@@ -74,6 +74,10 @@ struct Options {
     settle: Duration,
     /// Where to copy each measured host's log (`host-<pods>.log`), if anywhere.
     logs: Option<PathBuf>,
+    /// `--recovery N`: only measure recovery after 410 Gone and after an outage, N times each.
+    recovery: Option<usize>,
+    /// `--outage S`: how long the outage of the recovery measurement lasts.
+    outage: Duration,
 }
 
 impl Options {
@@ -85,6 +89,8 @@ impl Options {
             create_budget: Duration::from_secs(600),
             settle: Duration::from_secs(5),
             logs: None,
+            recovery: None,
+            outage: Duration::from_secs(20),
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -101,6 +107,8 @@ impl Options {
                 "--create-budget" => options.create_budget = Duration::from_secs(value()?.parse()?),
                 "--settle" => options.settle = Duration::from_secs(value()?.parse()?),
                 "--logs" => options.logs = Some(PathBuf::from(value()?)),
+                "--recovery" => options.recovery = Some(value()?.parse()?),
+                "--outage" => options.outage = Duration::from_secs(value()?.parse()?),
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -1331,6 +1339,13 @@ fn main() -> Result<()> {
         loads: Vec::new(),
     };
     bench.record_load("start");
+    if let Some(runs) = bench.options.recovery {
+        let outage = bench.options.outage;
+        let measured = bench.recovery(runs, outage)?;
+        bench.record_load("recovery measured");
+        print_recovery(&bench, &measured, outage);
+        return Ok(());
+    }
 
     // Warm the compile cache, so every measured host maps its plugin from it alike.
     HostProcess::start(
@@ -1379,6 +1394,204 @@ fn main() -> Result<()> {
         .collect::<Result<_>>()?;
     print_report(&bench, &rows, &live, sync, (full, body, heap), &store);
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery after 410 Gone and after an outage (issue 17, item 2)
+
+/// When the in-process informer first delivered the add of each Pod, by name.
+#[derive(Default)]
+struct AddTimes(Mutex<HashMap<String, Instant>>);
+
+impl wasmformer::informer::EventSink for AddTimes {
+    fn push(&self, event: wasmformer::cache::Event) {
+        if let wasmformer::cache::Event::Add { obj, .. } = &event {
+            let mut seen = self.0.lock().unwrap();
+            seen.entry(obj.name().to_owned())
+                .or_insert_with(Instant::now);
+        }
+    }
+}
+
+/// The two ways the clients are cut off.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// The API server restarts while they are cut off: their watches resume from a
+    /// resourceVersion older than its new watch cache and get 410 Gone.
+    Restart,
+    /// The server keeps running but cannot be reached for `--outage` seconds: they resume their
+    /// watches (no 410).
+    Outage,
+}
+
+/// One recovery: how long each client took, from the moment it could reach the server again, to
+/// deliver a Pod created while it was cut off; and for wasmformer, from the 410 to its relist.
+struct Recovery {
+    cut: Cut,
+    cut_for: Duration,
+    ours: Option<Duration>,
+    theirs: Option<Duration>,
+    gone_to_relist: Option<Duration>,
+}
+
+async fn client_from(kubeconfig: &Path) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+impl Bench {
+    /// Both clients watch every Pod through the gate; `runs` times each, they are cut off (the
+    /// API server restarting, or an outage of `outage`), a Pod is created, and the gate reopens.
+    fn recovery(&mut self, runs: usize, outage: Duration) -> Result<Vec<Recovery>> {
+        use wasmformer::informer::{InformerFactory, InformerKey, StoreOptions, WatchSettings};
+        self.create_up_to(self.created + 100)?;
+        let host_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let client = host_rt.block_on(client_from(&self.gated_kubeconfig))?;
+        let adds = Arc::new(AddTimes::default());
+        let subscription = {
+            let _runtime = host_rt.enter();
+            let factory = InformerFactory::new(client, WatchSettings::default());
+            let pods = kube::discovery::ApiResource::erase::<Pod>(&());
+            factory.subscribe(
+                InformerKey::new(pods, true),
+                &StoreOptions::default(),
+                adds.clone(),
+            )?
+        };
+        let informer = subscription.informer().clone();
+        host_rt.block_on(informer.wait_synced());
+        let mut go = GoInformer::start(&self.gated_kubeconfig, true)?;
+        go.wait("synced", Duration::from_secs(120), |s| s.synced)?;
+        let mut measured = Vec::new();
+        for run in 0..runs {
+            for cut in [Cut::Restart, Cut::Outage] {
+                let lists_before = informer.status().lists;
+                self.gate.close();
+                let cut_at = Instant::now();
+                match cut {
+                    Cut::Restart => {
+                        self.server.restart_on(None);
+                        let deadline = Instant::now() + Duration::from_secs(300);
+                        while !self.pods_watch_cache_ready() {
+                            ensure!(Instant::now() < deadline, "no Pod watch cache after 300 s");
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                    }
+                    Cut::Outage => std::thread::sleep(outage),
+                }
+                let marker = name_of(self.created);
+                self.create_up_to(self.created + 1)?;
+                let cut_for = cut_at.elapsed();
+                self.gate.reopen();
+                let reopened = Instant::now();
+                let deadline = reopened + Duration::from_secs(120);
+                let (mut ours, mut theirs, mut relisted) = (None, None, None);
+                while (ours.is_none() || theirs.is_none()) && Instant::now() < deadline {
+                    if relisted.is_none() && informer.status().lists > lists_before {
+                        relisted = Some(std::time::SystemTime::now());
+                    }
+                    if ours.is_none()
+                        && let Some(at) = adds.0.lock().unwrap().get(&marker)
+                    {
+                        ours = Some(at.saturating_duration_since(reopened));
+                    }
+                    if theirs.is_none() {
+                        theirs = go.with(|s| {
+                            s.recorded.as_ref()?.iter().find_map(|(at, line)| {
+                                (line.contains("\"event\":\"add\"")
+                                    && line.contains(&format!("\"name\":\"{marker}\"")))
+                                .then(|| at.saturating_duration_since(reopened))
+                            })
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // The 410 is the informer's last error when it relists.
+                let status = informer.status();
+                let gone_to_relist = match (cut, relisted, status.last_error) {
+                    (Cut::Restart, Some(relisted), Some(error))
+                        if error.message.contains("410 Gone") =>
+                    {
+                        relisted.duration_since(error.at).ok()
+                    }
+                    _ => None,
+                };
+                let show = |d: Option<Duration>| {
+                    d.map_or("not seen".to_owned(), |d| {
+                        format!("{:.3} s", d.as_secs_f64())
+                    })
+                };
+                eprintln!(
+                    "recovery run {run}, {}: cut off {:.1} s; Pod delivered by wasmformer after {}, by client-go after {}; 410 to relist {}",
+                    match cut {
+                        Cut::Restart => "API server restart (410)",
+                        Cut::Outage => "outage",
+                    },
+                    cut_for.as_secs_f64(),
+                    show(ours),
+                    show(theirs),
+                    show(gone_to_relist)
+                );
+                measured.push(Recovery {
+                    cut,
+                    cut_for,
+                    ours,
+                    theirs,
+                    gone_to_relist,
+                });
+            }
+        }
+        drop(go);
+        drop((subscription, informer));
+        host_rt.shutdown_timeout(Duration::from_secs(10));
+        Ok(measured)
+    }
+}
+
+fn print_recovery(bench: &Bench, measured: &[Recovery], outage: Duration) {
+    let secs = |d: Option<Duration>| {
+        d.map_or("not seen".to_owned(), |d| {
+            format!("{:.2} s", d.as_secs_f64())
+        })
+    };
+    println!(
+        "Recovery (issue 17 item 2). Both clients watch 100 Pods through a TCP proxy of the bench; each run cuts them off, either while the API server restarts (their watches then resume from a resourceVersion older than its new watch cache: 410 Gone, relist) or for a {} s outage of a server that keeps running (they resume their watches), creates one Pod while they are cut off, and lets them reconnect. Time from the reconnect being allowed to the client delivering that Pod's add (client-go: the moment its JSON line is read). wasmformer: an in-process informer (`InformerFactory`, default settings); client-go: the harness's SharedInformer. \"410 → relist\": from wasmformer's 410 error to its relist starting (kube's `Init`), from its own status, polled every ms.\n",
+        outage.as_secs()
+    );
+    println!(
+        "| run | cut | cut off | wasmformer: reconnect → Pod delivered | client-go: reconnect → Pod delivered | wasmformer: 410 → relist |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|");
+    for (i, r) in measured.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.1} s | {} | {} | {} |",
+            i / 2 + 1,
+            match r.cut {
+                Cut::Restart => "API server restart (410 Gone)",
+                Cut::Outage => "outage, server up",
+            },
+            r.cut_for.as_secs_f64(),
+            secs(r.ours),
+            secs(r.theirs),
+            match r.cut {
+                Cut::Restart => secs(r.gone_to_relist),
+                Cut::Outage => "—".to_owned(),
+            }
+        );
+    }
+    println!(
+        "\nLoad average: {}",
+        bench
+            .loads
+            .iter()
+            .map(|(phase, load)| format!("{load} ({phase})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

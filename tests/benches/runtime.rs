@@ -26,7 +26,9 @@ use harness::{Pair, Stats, measure, measure_batches, measure_pair};
 use serde_json::{Value, json};
 use table::ns;
 use wasmformer::cache::{CachedObject, Gvk, Store};
-use wasmformer::plugin::{Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance};
+use wasmformer::plugin::{
+    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSize,
+};
 use wasmformer_guest::Plugin;
 use wasmformer_tests::{guests, pod_gvk, realistic_pod, store_with};
 
@@ -41,6 +43,8 @@ mod table;
 
 /// Pods in the lister's store (variants of the realistic Pod).
 const STORE_PODS: usize = 1000;
+/// Selects the realistic Pods of the store (all [`STORE_PODS`]), not the minimal one.
+const LIST_SELECTOR: &str = "app.kubernetes.io/name=web-frontend";
 /// Instances started for the RSS figure.
 const RSS_INSTANCES: usize = 100;
 
@@ -257,7 +261,18 @@ fn main() {
     let temporary = tempfile::tempdir().expect("temporary compile cache");
     let cache_dir = std::env::var_os("WASMFORMER_BENCH_CACHE_DIR")
         .map_or_else(|| temporary.path().to_owned(), Into::into);
-    let engine = PluginEngine::new(Some(cache_dir)).expect("engine");
+    let size_before = vm_size_kib();
+    // `WASMFORMER_BENCH_MAX_INSTANCES=N`: a smaller instance pool (valgrind cannot map the
+    // default pool's 4 TiB of address space).
+    let pool = std::env::var("WASMFORMER_BENCH_MAX_INSTANCES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .map_or_else(PoolSize::default, |max_instances| PoolSize {
+            max_instances,
+        });
+    let engine = PluginEngine::with_pool(Some(cache_dir), pool).expect("engine");
+    // The instance pool reserves its address space when the engine is made.
+    let reserved_kib = vm_size_kib().saturating_sub(size_before);
     let [empty, labels, decode, lister] = [
         guests::BENCH_EMPTY,
         guests::BENCH_LABELS,
@@ -369,6 +384,31 @@ fn main() {
         },
     );
 
+    bench.run(
+        "5d-lister-list",
+        "event + one `lister.list` of 1,000 realistic Pods",
+        || {
+            event_bench(
+                &lister,
+                pods_granted.clone(),
+                json!({"list": LIST_SELECTOR}),
+                &realistic,
+            )
+        },
+    );
+    bench.run(
+        "5e-lister-list-none",
+        "event + one `lister.list` matching no Pod",
+        || {
+            event_bench(
+                &lister,
+                pods_granted.clone(),
+                json!({"list": "no-such-label=x"}),
+                &realistic,
+            )
+        },
+    );
+
     for (id, what, plugin) in [
         (
             "6a-start-empty",
@@ -439,8 +479,17 @@ fn main() {
     );
     let decode_wasm = std::fs::read(guests::BENCH_DECODE).unwrap();
     bench.run(
-        "7f-sha256-decode-wasm",
-        "part of 7b: SHA-256 of the .wasm (its identity)",
+        "7f-hash-decode-wasm",
+        "part of 7b: BLAKE3 of the .wasm (its identity)",
+        || {
+            measure(|| {
+                black_box(wasmformer::plugin::content_digest(black_box(&decode_wasm)));
+            })
+        },
+    );
+    bench.run(
+        "7g-sha256-decode-wasm",
+        "SHA-256 of the .wasm (the identity before BLAKE3)",
         || {
             use sha2::Digest;
             measure(|| {
@@ -507,6 +556,15 @@ fn main() {
             )
         },
     );
+    bench.run_pair(
+        "pair-list",
+        "`lister.list` of 1,000 realistic Pods (5d) vs of none (5e)",
+        || {
+            let mut a = wasm(&lister, &pods_granted, json!({"list": LIST_SELECTOR}));
+            let mut b = wasm(&lister, &pods_granted, json!({"list": "no-such-label=x"}));
+            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+        },
+    );
     let minimal = Objects::add(&objects.minimal);
     let metadata_only = Objects::add(&objects.metadata_only);
     for (id, what, plugin, grants, config, event, baseline) in [
@@ -571,20 +629,29 @@ fn main() {
         });
     }
 
-    report::print(&bench, &objects, rss);
+    report::print(&bench, &objects, rss, reserved_kib);
 }
 
 /// `VmRSS` of this process, in KiB.
 fn vm_rss_kib() -> u64 {
+    proc_status_kib("VmRSS:")
+}
+
+/// `VmSize` (address space mapped) of this process, in KiB.
+fn vm_size_kib() -> u64 {
+    proc_status_kib("VmSize:")
+}
+
+fn proc_status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS in /proc/self/status");
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
     line.split_whitespace()
         .nth(1)
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS in kB")
+        .unwrap_or_else(|| panic!("{field} in kB"))
 }
 
 /// RSS per live instance of `plugin` in KiB: idle after `start`, and after each handled `obj`.

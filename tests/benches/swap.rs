@@ -36,7 +36,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LoadedPlugin, LogLine, PluginEngine};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
@@ -91,13 +90,7 @@ fn write_versions(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
     let mut digests = BTreeMap::new();
     for (label, wasm) in [("v1", v1), ("v2", v2)] {
         std::fs::write(dir.join(format!("{label}.wasm")), &wasm)?;
-        digests.insert(
-            label,
-            Sha256::digest(&wasm)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        );
+        digests.insert(label, wasmformer::plugin::content_digest(&wasm));
     }
     Ok(digests)
 }

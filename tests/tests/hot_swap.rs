@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LogLine, PluginEngine};
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
@@ -37,11 +36,8 @@ static TRIGGERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 // ---------------------------------------------------------------------------------------------
 // Plugin versions
 
-fn sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+fn digest(bytes: &[u8]) -> String {
+    wasmformer::plugin::content_digest(bytes)
 }
 
 /// The recorder as `label`: as built for `v1`, with a custom section naming the label otherwise.
@@ -69,8 +65,8 @@ impl Versions {
         std::fs::write(dir.path().join("v2.wasm"), &v2).unwrap();
         Self {
             dir,
-            v1: sha256(&v1),
-            v2: sha256(&v2),
+            v1: digest(&v1),
+            v2: digest(&v2),
         }
     }
 
@@ -1161,7 +1157,7 @@ async fn a_wasm_file_written_while_a_reload_runs_is_loaded_next() {
     let v3 = recorder_version("v3");
     std::fs::write(&r.plugin, &v3).unwrap();
     r.v2_swapped_in().await;
-    let v3 = sha256(&v3);
+    let v3 = digest(&v3);
     eventually(Duration::from_secs(10), "v3 to be swapped in", async || {
         (status(&r.runtime, "rec").await.version == v3).then_some(())
     })
@@ -1179,7 +1175,7 @@ async fn a_wasm_file_still_being_written_when_a_reload_ends_is_loaded_once_compl
     r.v2_swapped_in().await;
     std::fs::write(&r.plugin, &v3).unwrap();
     // The watcher saw the file change during the reload, and waits for it to hold still.
-    let v3 = sha256(&v3);
+    let v3 = digest(&v3);
     eventually(Duration::from_secs(10), "v3 to be swapped in", async || {
         (status(&r.runtime, "rec").await.version == v3).then_some(())
     })

@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use prometheus_parse::{Sample, Scrape, Value};
 use serde_json::json;
-use sha2::Digest;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{ReloadOutcome, Runtime, RuntimeOptions};
@@ -34,10 +33,7 @@ fn short_digest(wasm: &[u8]) -> String {
 }
 
 fn hex_digest(wasm: &[u8]) -> String {
-    sha2::Sha256::digest(wasm)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    wasmformer::plugin::content_digest(wasm)
 }
 
 /// GETs `url` with `accept`; returns the content type and body.

@@ -10,7 +10,7 @@ use serde_json::json;
 use wasmformer::cache::{IndexSpec, Store};
 use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine,
-    PluginInstance, TrapKind,
+    PluginInstance, PoolSize, TrapKind,
 };
 use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store, store_with};
 
@@ -609,4 +609,37 @@ fn a_trapping_plugin_does_not_disturb_another_on_the_same_engine() {
     }
     assert_eq!(good.messages().len(), 3);
     assert_eq!(good.instance.instantiations(), 1);
+}
+
+#[test]
+fn a_full_instance_pool_refuses_one_more_instance_and_takes_it_once_a_slot_is_free() {
+    let engine = PluginEngine::with_pool(
+        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components")),
+        PoolSize { max_instances: 2 },
+    )
+    .expect("engine");
+    let start = || {
+        Running::try_start(
+            &engine,
+            guests::POD_LOGGER,
+            Limits::default(),
+            Grants::none(),
+            json!({}),
+        )
+    };
+    let (first, _second) = (start().unwrap(), start().unwrap());
+    let err = start()
+        .err()
+        .expect("a third instance does not fit a pool of two");
+    assert!(
+        matches!(err, CallError::InstancePoolExhausted(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot instantiate: the instance pool is full (raise host.maxInstances)"
+    );
+    drop(first);
+    let mut third = start().expect("a freed slot is reused");
+    third.add("web").unwrap();
 }

@@ -53,6 +53,7 @@ pub fn run(args: PushArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCod
     };
     let wasm = std::fs::read(&args.plugin)
         .with_context(|| format!("cannot read {}", args.plugin.display()))?;
+    let version = wasmformer::plugin::content_digest(&wasm);
     let registry = reference.split('/').next().unwrap_or_default().to_owned();
     let registries = Registries {
         insecure: if args.insecure {
@@ -70,6 +71,7 @@ pub fn run(args: PushArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCod
             println!("pushed {}", args.reference);
             println!("digest: {}", pushed.manifest_digest);
             println!("layer:  {}", pushed.layer_digest);
+            println!("version: {version}");
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use wasmformer::config::HostConfig;
-use wasmformer::plugin::PluginEngine;
+use wasmformer::plugin::{PluginEngine, PoolSize};
 use wasmformer::runtime::{self, Runtime, RuntimeOptions};
 
 #[derive(Debug, clap::Args)]
@@ -38,8 +38,13 @@ pub async fn serve(
     dry_run: bool,
 ) -> anyhow::Result<ExitCode> {
     let engine = std::sync::Arc::new(
-        PluginEngine::new(cache_dir)
-            .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?,
+        PluginEngine::with_pool(
+            cache_dir,
+            PoolSize {
+                max_instances: config.host.max_instances,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?,
     );
     let (admin_address, watch_files) = (config.host.admin_address, config.host.watch_config);
     let token =

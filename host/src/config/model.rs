@@ -59,6 +59,10 @@ pub struct HostSettings {
     /// `leaderElection: {enabled: true}` — elect one replica to call handlers (see
     /// [`LeaderElection`]). Read at start.
     pub leader_election: LeaderElection,
+    /// `maxInstances: 1000` — plugin instances that may be live at once: the size of the
+    /// instance pool (each running plugin holds one, a hot swap briefly two; each reserves about
+    /// 4 GiB of address space, not memory). Read at start.
+    pub max_instances: u32,
 }
 
 impl Default for HostSettings {
@@ -74,6 +78,7 @@ impl Default for HostSettings {
             insecure_registries: Vec::new(),
             registry_auth: None,
             leader_election: LeaderElection::default(),
+            max_instances: 1000,
         }
     }
 }

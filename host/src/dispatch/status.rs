@@ -57,7 +57,7 @@ impl TimedError {
 pub struct StatusReport {
     /// The plugin's name.
     pub name: String,
-    /// The running version: SHA-256 of its wasm.
+    /// The running version: BLAKE3 hash of its wasm.
     pub version: String,
     /// The contract version it was built for (`0.2.0`); empty if it never loaded.
     pub contract: String,

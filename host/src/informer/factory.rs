@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use kube::Client;
 
 use super::informer::WatchSource;
+use super::retry::Reachability;
 use super::watch::{ApiSource, StreamingSupport};
 use super::{
     EventSink, Informer, InformerKey, InformerStatus, Lister, Result, StoreOptions, Subscription,
@@ -25,6 +26,7 @@ struct Inner {
     settings: WatchSettings,
     runtime: tokio::runtime::Handle,
     streaming: Arc<StreamingSupport>,
+    reachability: Arc<Reachability>,
     informers: Mutex<HashMap<InformerKey, Weak<Informer>>>,
 }
 
@@ -56,6 +58,7 @@ impl InformerFactory {
     /// tasks run on it.
     pub fn new(client: Client, settings: WatchSettings) -> Self {
         let inner = Inner {
+            reachability: Arc::new(Reachability::new(client.clone())),
             client,
             settings,
             runtime: tokio::runtime::Handle::current(),
@@ -82,6 +85,7 @@ impl InformerFactory {
             key.clone(),
             self.inner.settings.clone(),
             self.inner.streaming.clone(),
+            self.inner.reachability.clone(),
         );
         let factory = Arc::downgrade(&self.inner);
         let dropped_key = key.clone();

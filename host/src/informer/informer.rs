@@ -5,11 +5,12 @@
 //! same lock [`Informer::subscribe`] takes to hand over the store's content, so a subscriber sees
 //! every object exactly once: either in that snapshot or as a live event, never both, never neither.
 //!
-//! Errors never stop the task: kube's watcher recovers (re-watch, relist) and the task waits out
-//! kube's [`DefaultBackoff`] (0.8 s doubling to 30 s, with jitter) between failures. kube's own
-//! `StreamBackoff` resets on any event, and the `Init` marker that precedes every LIST attempt
-//! would keep a persistently failing LIST (a 403) at the first step; the task resets only on
-//! proof of progress (a completed list, a live event).
+//! Errors never stop the task: kube's watcher recovers (re-watch, relist) and the task waits as
+//! [`super::retry`] says: not at all after a single `410 Gone`, kube's `DefaultBackoff` (0.8 s
+//! doubling to 30 s, with jitter) after other failures, cut short when a server that could not be
+//! reached answers again. kube's own `StreamBackoff` resets on any event, and the `Init` marker
+//! that precedes every LIST attempt would keep a persistently failing LIST (a 403) at the first
+//! step; the task resets only on proof of progress (a completed list, a live event).
 //!
 //! The informer lives while a handle to it does: an [`Arc<Informer>`], a [`Subscription`] or a
 //! [`Lister`]. Dropping the last one aborts the task and frees the store.
@@ -19,14 +20,14 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::SystemTime;
 
 use futures::StreamExt;
-use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{DefaultBackoff, Event as WatchEvent};
+use kube::runtime::watcher::Event as WatchEvent;
 use serde_json::Value;
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use super::guard::StreamHealth;
 use super::reflector::{Event, EventSink, Reflector};
+use super::retry::{Reachability, RetryPolicy, Wait};
 use super::watch::{
     ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION,
     METADATA_KIND, WatchError,
@@ -217,26 +218,45 @@ impl WatchSource {
             WatchSource::Stream(_) => DEFAULT_MAX_OBJECT_BYTES,
         }
     }
+
+    /// What notices the server answer again, if there is a server.
+    fn reachability(&self) -> Option<Arc<Reachability>> {
+        match self {
+            WatchSource::Api(api) => Some(api.reachability().clone()),
+            WatchSource::Stream(_) => None,
+        }
+    }
 }
 
 async fn run(core: Arc<Core>, mut source: WatchSource) {
-    let mut backoff = DefaultBackoff::default();
+    let mut retry = RetryPolicy::default();
     while let Some(item) = source.next().await {
         match item {
             Ok(event) => {
-                if matches!(
-                    event,
-                    WatchEvent::InitDone | WatchEvent::Apply(_) | WatchEvent::Delete(_)
-                ) {
-                    backoff.reset();
-                }
+                retry.progress(&event);
                 core.apply(event, source.strategy());
             }
             Err(error) => {
-                core.record_error(&WatchError::new(&core.key, error));
-                if let Some(delay) = backoff.next() {
-                    tracing::debug!(backoffMs = delay.as_millis() as u64, "backing off");
-                    tokio::time::sleep(delay).await;
+                let error = WatchError::new(&core.key, error);
+                core.record_error(&error);
+                match retry.after(&error) {
+                    Wait::Now => {}
+                    Wait::For(delay) => {
+                        tracing::debug!(backoffMs = delay.as_millis() as u64, "backing off");
+                        tokio::time::sleep(delay).await;
+                    }
+                    Wait::UntilReachable(delay) => {
+                        tracing::debug!(
+                            backoffMs = delay.as_millis() as u64,
+                            "backing off until the server answers"
+                        );
+                        match source.reachability() {
+                            Some(reachability) => {
+                                reachability.wait(delay).await;
+                            }
+                            None => tokio::time::sleep(delay).await,
+                        }
+                    }
                 }
             }
         }

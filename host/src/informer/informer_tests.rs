@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
@@ -373,4 +374,83 @@ async fn ensure_options_adds_indexes_that_listers_follow() {
         })
         .unwrap_err();
     assert!(matches!(err, Error::ManagedFieldsStripped { .. }));
+}
+
+/// The virtual instants at which the informer asked a scripted watch for each item.
+async fn poll_times(script: Vec<watcher::Result<WatchEvent<Value>>>) -> Vec<tokio::time::Instant> {
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let recorded = times.clone();
+    let events = futures::stream::unfold(
+        (script.into_iter(), Some(done_tx)),
+        move |(mut script, mut done)| {
+            recorded.lock().unwrap().push(tokio::time::Instant::now());
+            let item = script.next();
+            if item.is_none() {
+                done.take().map(|done| done.send(()));
+            }
+            async move { item.map(|item| (item, (script, done))) }
+        },
+    )
+    .boxed();
+    let _informer = Informer::from_stream(key(), StoreOptions::default(), events).unwrap();
+    done_rx.await.unwrap();
+    Arc::try_unwrap(times).unwrap().into_inner().unwrap()
+}
+
+fn gone() -> watcher::Result<WatchEvent<Value>> {
+    let status = kube::core::Status::failure("too old resource version", "Expired").with_code(410);
+    Err(watcher::Error::WatchError(Box::new(status)))
+}
+
+fn listed(name: &str, rv: u64) -> Vec<watcher::Result<WatchEvent<Value>>> {
+    vec![
+        Ok(WatchEvent::Init),
+        Ok(WatchEvent::InitApply(pod(name, rv))),
+        Ok(WatchEvent::InitDone),
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_gone_relists_at_once_and_a_storm_backs_off() {
+    // list, live event, 410, relist, 410 (no live event between), relist.
+    let mut script = listed("a", 1);
+    script.push(Ok(WatchEvent::Apply(pod("a", 2))));
+    script.push(gone());
+    script.extend(listed("a", 3));
+    script.push(gone());
+    script.extend(listed("a", 4));
+    let times = poll_times(script).await;
+    let first_gone = 4;
+    let relist = |gone: usize| times[gone + 1] - times[gone];
+    assert_eq!(
+        relist(first_gone),
+        Duration::ZERO,
+        "the relist after a single 410 waits for nothing"
+    );
+    assert!(
+        relist(first_gone + 4) >= Duration::from_millis(800),
+        "a second 410 without a live event backs off: {:?}",
+        relist(first_gone + 4)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gone_after_failures_relists_at_once() {
+    // Three failures (a server restarting) grow the backoff; then the server answers 410.
+    let failure = || {
+        let status =
+            kube::core::Status::failure("etcd unavailable", "InternalError").with_code(500);
+        Err(watcher::Error::WatchError(Box::new(status)))
+    };
+    let mut script = listed("a", 1);
+    script.extend([failure(), failure(), failure(), gone()]);
+    script.extend(listed("a", 2));
+    let times = poll_times(script).await;
+    let waits: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        waits[3..6].iter().all(|w| *w >= Duration::from_millis(800)),
+        "{waits:?}"
+    );
+    assert_eq!(waits[6], Duration::ZERO, "{waits:?}");
 }

@@ -16,6 +16,8 @@
 //!   errors are explained ([`WatchError`]).
 //! - [`guard`]: what stands between a watch stream and kube's decoder: event lines over
 //!   `host.maxObjectBytes` are dropped and named, undecodable ones counted and the watch restarted.
+//! - [`retry`]: when an informer tries again after a failure: at once after a single `410 Gone`,
+//!   with backoff otherwise, early when a server that could not be reached answers again.
 //! - [`factory`]: the [`InformerFactory`], which shares one informer among every subscriber of an
 //!   equal key and stops it when the last handle (subscription or lister) is gone.
 //! - [`spec`]: the [`InformerKey`] and the [`StoreOptions`] merged from every plugin.
@@ -25,6 +27,7 @@ mod guard;
 #[allow(clippy::module_inception)]
 pub mod informer;
 pub mod reflector;
+mod retry;
 pub mod spec;
 pub mod watch;
 

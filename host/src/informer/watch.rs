@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use super::InformerKey;
 use super::guard::{StreamHealth, guarded_client};
+use super::retry::Reachability;
 
 /// How the initial content is fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -387,6 +388,7 @@ pub(crate) struct ApiSource {
     key: InformerKey,
     settings: WatchSettings,
     support: Arc<StreamingSupport>,
+    reachability: Arc<Reachability>,
     stream: Option<EventStream>,
     streaming: bool,
     /// While a streaming list's watch is open but its initial events have not ended: when to
@@ -400,6 +402,7 @@ impl ApiSource {
         key: InformerKey,
         settings: WatchSettings,
         support: Arc<StreamingSupport>,
+        reachability: Arc<Reachability>,
     ) -> Self {
         let health = Arc::new(StreamHealth::default());
         let client = guarded_client(client, settings.max_object_bytes, health.clone());
@@ -409,6 +412,7 @@ impl ApiSource {
             key,
             settings,
             support,
+            reachability,
             stream: None,
             streaming: false,
             deadline: None,
@@ -418,6 +422,11 @@ impl ApiSource {
     /// The bound on one object.
     pub(crate) fn max_object_bytes(&self) -> usize {
         self.settings.max_object_bytes
+    }
+
+    /// Notices the server answer again (shared by the factory's informers).
+    pub(crate) fn reachability(&self) -> &Arc<Reachability> {
+        &self.reachability
     }
 
     /// What the guard has refused in this source's watch streams.

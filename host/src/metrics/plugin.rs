@@ -118,7 +118,7 @@ impl Families {
         };
         registry.register(
             "wasmformer_handler_calls",
-            "Handler calls by plugin, version (first 12 hex digits of its SHA-256), event and result",
+            "Handler calls by plugin, version (first 12 hex digits of its BLAKE3 hash), event and result",
             families.calls.clone(),
         );
         registry.register(

@@ -200,6 +200,10 @@ pub enum CallError {
     /// A fresh instance could not be created (after a trap).
     #[error("cannot instantiate")]
     Instantiate(#[source] wasmtime::Error),
+    /// Every slot of the instance pool is taken: as many instances as `host.maxInstances` (or
+    /// their memories or tables) are live.
+    #[error("cannot instantiate: the instance pool is full (raise host.maxInstances)")]
+    InstancePoolExhausted(#[source] wasmtime::Error),
 }
 
 impl CallError {

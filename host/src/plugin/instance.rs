@@ -170,11 +170,16 @@ impl PluginInstance {
             }
         });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
-        let bindings = self
-            .plugin
-            .pre()
-            .instantiate(&mut store)
-            .map_err(CallError::Instantiate)?;
+        let bindings = self.plugin.pre().instantiate(&mut store).map_err(|error| {
+            let pool_full = error
+                .chain()
+                .any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>());
+            if pool_full {
+                CallError::InstancePoolExhausted(error)
+            } else {
+                CallError::Instantiate(error)
+            }
+        })?;
         self.instantiations += 1;
         self.live = Some(Live { store, bindings });
         let config = self.config.clone();

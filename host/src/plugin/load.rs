@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
-use super::engine::{PluginEngine, content_hash};
+use super::engine::{PluginEngine, content_digest};
 use super::host::{Grants, HostState, LogSink};
 use super::world::Pre;
 use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadError};
@@ -86,7 +86,7 @@ impl LoadedPlugin {
                 path: file.clone(),
             },
         })?;
-        let digest = content_hash(wasm);
+        let digest = content_digest(wasm);
         let (component, from_cache) =
             engine
                 .compile(wasm, &digest)
@@ -147,7 +147,7 @@ impl LoadedPlugin {
         &self.inner.path
     }
 
-    /// The SHA-256 of its wasm: this version's identity.
+    /// The BLAKE3 hash of its wasm (hex): this version's identity.
     pub fn digest(&self) -> &str {
         &self.inner.digest
     }
@@ -253,7 +253,7 @@ pub fn inspect(engine: &PluginEngine, path: &Path) -> Result<ContractInfo, LoadE
         },
     })?;
     let (component, _) = engine
-        .compile(&wasm, &content_hash(&wasm))
+        .compile(&wasm, &content_digest(&wasm))
         .map_err(|source| LoadError::Compile {
             plugin: name.clone(),
             path: path.to_owned(),

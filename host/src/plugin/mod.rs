@@ -59,7 +59,7 @@ pub use crate::cache::Event;
 pub use crate::config::Limits;
 pub use backoff::Backoff;
 pub use cache::CacheError;
-pub use engine::PluginEngine;
+pub use engine::{DEFAULT_MAX_INSTANCES, PluginEngine, PoolSize, content_digest};
 pub use error::{CallError, LoadError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
 pub use instance::PluginInstance;

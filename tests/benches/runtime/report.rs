@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use wasmformer_tests::guests;
 
 use super::table::{Table, ns};
-use super::{Bench, FAILURES, Objects, RSS_INSTANCES};
+use super::{Bench, FAILURES, Objects, RSS_INSTANCES, STORE_PODS};
 
 fn us(value_ns: f64) -> String {
     format!("{:.2} µs", value_ns / 1000.0)
@@ -33,13 +33,30 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
             let get = paired.or_else(|| Some(m(id)? - m("1-empty")?))?;
             verdict(format!("the get < 2 µs: {}", us(get)), get < 2000.0)
         }
-        "7a-load-cached-empty" | "7b-load-cached-decode" => verdict("< 1 ms".into(), m(id)? < 1e6),
+        "5d-lister-list" => {
+            // Per listed object against what a `get` pays for its one object (the found get
+            // minus the not-found get): a list should cost no more per object.
+            let pair = |id: &str| bench.pairs.get(id).map(|(_, p)| p.difference.median);
+            let per_object = pair("pair-list")? / STORE_PODS as f64;
+            let get_object = pair("pair-get")? - pair("pair-get-missing")?;
+            verdict(
+                format!(
+                    "per object ≤ a get's object ({}): {}",
+                    us(get_object),
+                    us(per_object)
+                ),
+                per_object <= get_object,
+            )
+        }
+        "6a-start-empty" => verdict("≤ 10 µs".into(), m(id)? <= 10_000.0),
+        "7a-load-cached-empty" => verdict("< 1 ms".into(), m(id)? < 1e6),
+        "7b-load-cached-decode" => verdict("≤ 0.4 ms".into(), m(id)? <= 0.4e6),
         _ => None,
     }
 }
 
 /// Prints every table: the rows, the pairs, derived figures, the objects and the plugin sizes.
-pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
+pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>, reserved_kib: u64) {
     let figures = ["what", "median ns/op", "p99 ns/op", "min ns/op", "goal", ""].map(String::from);
     let mut table = Table::new("id", &figures)
         .text_column(1)
@@ -105,10 +122,17 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
             .map(|(a, b)| us(a - b)),
     );
     push(
+        "`lister.list` per object (pair-list a − b / 1,000)",
+        bench
+            .pairs
+            .get("pair-list")
+            .map(|(_, p)| us(p.difference.median / STORE_PODS as f64)),
+    );
+    push(
         "cached load not spent reading and hashing (7b − 7e − 7f)",
         m("7b-load-cached-decode")
             .zip(m("7e-read-decode-wasm"))
-            .zip(m("7f-sha256-decode-wasm"))
+            .zip(m("7f-hash-decode-wasm"))
             .map(|((a, b), c)| us(a - b - c)),
     );
     if let Some((idle, touched)) = rss {
@@ -121,6 +145,13 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>) {
             Some(format!("{touched:.0} KiB")),
         );
     }
+    derived.push((
+        format!(
+            "address space one engine reserves (its instance pool of {} instances)",
+            wasmformer::plugin::DEFAULT_MAX_INSTANCES
+        ),
+        format!("{:.2} TiB", reserved_kib as f64 / (1u64 << 30) as f64),
+    ));
     if !derived.is_empty() {
         println!("\n| derived | value |\n|---|--:|");
         for (name, value) in derived {

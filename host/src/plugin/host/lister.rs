@@ -106,8 +106,14 @@ fn newer(a: &CachedObject, b: &CachedObject) -> bool {
 
 /// One answer per object, the newest, ordered by key.
 fn union(lists: impl IntoIterator<Item = Vec<Arc<CachedObject>>>) -> Vec<Arc<CachedObject>> {
+    let mut lists = lists.into_iter();
+    let first = lists.next().unwrap_or_default();
+    let Some(second) = lists.next() else {
+        // One store (the usual case): its answer is already ordered by key, each object once.
+        return first;
+    };
     let mut merged: BTreeMap<ObjectKey, Arc<CachedObject>> = BTreeMap::new();
-    for obj in lists.into_iter().flatten() {
+    for obj in [first, second].into_iter().chain(lists).flatten() {
         match merged.get(obj.key()) {
             Some(seen) if !newer(&obj, seen) => {}
             _ => {

@@ -1,6 +1,7 @@
 //! Benchmark guest: one `lister.get` of a Pod per event, without decoding it. Config
 //! `{"name": "x"}` gets Pod `x` in the event's namespace (a missing one answers `not-found`, which
-//! is not an error here); without it the guest gets the event's own object back.
+//! is not an error here); without it the guest gets the event's own object back. Config
+//! `{"list": "app=web"}` instead lists the Pods of the event's namespace that match the selector.
 
 use wasmformer_guest::serde_json::Value;
 use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
@@ -8,6 +9,7 @@ use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
 #[derive(Default)]
 struct ListerGet {
     name: Option<String>,
+    list: Option<String>,
     found_bytes: u64,
 }
 
@@ -15,6 +17,10 @@ impl Plugin for ListerGet {
     fn init(&mut self, config: Value) -> Result<()> {
         self.name = config
             .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.list = config
+            .get("list")
             .and_then(Value::as_str)
             .map(str::to_owned);
         Ok(())
@@ -26,6 +32,11 @@ impl Plugin for ListerGet {
             version: "v1".into(),
             kind: "Pod".into(),
         };
+        if let Some(selector) = &self.list {
+            let found = lister::list_objects(&pod, Some(obj.namespace()), selector)?;
+            self.found_bytes += found.iter().map(|o| o.json().len() as u64).sum::<u64>();
+            return Ok(());
+        }
         let name = self.name.as_deref().unwrap_or(obj.name());
         match lister::get_object(&pod, obj.namespace(), name) {
             Ok(found) => self.found_bytes += found.json().len() as u64,
