@@ -213,7 +213,10 @@ impl CallError {
         match self {
             Self::HandlerRetry(_) => true,
             Self::Reconcile { retry, .. } => *retry,
-            Self::Trap { .. } | Self::Instantiate(_) | Self::Init(_) => reconcile,
+            Self::Trap { .. }
+            | Self::Instantiate(_)
+            | Self::InstancePoolExhausted(_)
+            | Self::Init(_) => reconcile,
             Self::Handler(_) | Self::NoReconciler => false,
         }
     }
