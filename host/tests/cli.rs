@@ -194,6 +194,52 @@ fn replay_fails_the_reconciles_the_script_names_with_the_scripts_backoff() {
         .join("\n")
     );
 
+    // The plugin's own `reconcile:` block replaces the script's limits.
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::RECONCILER,
+        "--events",
+        events.to_str().unwrap(),
+        "--reconcile",
+        r#"{"backoff": {"base": "5ms", "max": "1s"}}"#,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let attempts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("reconcile ConfigMap shop/a "))
+        .map(|l| l.rsplit_once("; ").map_or("success", |(_, retry)| retry))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            "retry after 5ms",
+            "retry after 10ms",
+            "retry after 20ms",
+            "success"
+        ],
+        "{stdout}"
+    );
+    for (reconcile, error) in [
+        (r#"{"qps": 0}"#, "reconcile.qps: must be more than 0"),
+        (
+            r#"{"retries": 3}"#,
+            "--reconcile is not a valid reconcile: block",
+        ),
+    ] {
+        let out = wasmformer(&[
+            "replay",
+            "--plugin",
+            guests::RECONCILER,
+            "--events",
+            events.to_str().unwrap(),
+            "--reconcile",
+            reconcile,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(error), "{}", text(&out));
+    }
+
     std::fs::write(
         &events,
         "reconcile:\n  fail: [{apiVersion: v1, kind: Secret, namespace: shop, name: a}]\n\

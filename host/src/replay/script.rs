@@ -398,6 +398,14 @@ impl Script {
         Ok(())
     }
 
+    /// Replaces `reconcile:`'s limits with a plugin's `reconcile:` block (its `backoff`, `qps`
+    /// and `burst`; `replay --reconcile`); [`Script::check`] checks them.
+    pub fn set_limits(&mut self, reconcile: &crate::config::ReconcileConfig) {
+        self.reconcile.backoff = Some(reconcile.backoff);
+        self.reconcile.qps = Some(reconcile.qps);
+        self.reconcile.burst = Some(reconcile.burst);
+    }
+
     /// The work queue's limits: `reconcile:`'s, client-go's defaults for what it leaves out.
     pub fn rate_limits(&self) -> RateLimits {
         let defaults = RateLimits::default();
