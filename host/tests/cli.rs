@@ -135,6 +135,134 @@ fn replay_marks_initial_adds_and_refuses_an_impossible_script_before_the_plugin_
     );
 }
 
+/// `ok in 0.3ms` → `ok in …`: the only part of a replay's output that is not deterministic.
+fn without_durations(stdout: &str) -> String {
+    stdout
+        .lines()
+        .map(|line| match line.rsplit_once(" ok in ") {
+            Some((head, tail)) if tail.ends_with("ms") => format!("{head} ok in …"),
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn replay_fails_the_reconciles_the_script_names_with_the_scripts_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.yaml");
+    std::fs::write(
+        &events,
+        "reconcile:\n\
+         \x20 backoff: {base: 20ms}\n\
+         \x20 fail:\n\
+         \x20   - {apiVersion: v1, kind: ConfigMap, namespace: shop, name: a, times: 3}\n\
+         \x20   - {apiVersion: v1, kind: ConfigMap, namespace: shop, name: b, retry: false, message: no quota}\n\
+         events:\n\
+         \x20 - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: shop}}\n\
+         \x20 - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: shop}}\n",
+    )
+    .unwrap();
+    let out = wasmformer(&[
+        "replay",
+        "--name",
+        "ctl",
+        "--plugin",
+        guests::RECONCILER,
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed = "FAILED by the script: reconcile returned an error";
+    assert_eq!(
+        without_durations(&stdout),
+        [
+            "init   ok in …".to_owned(),
+            r#"  [ctl] info: {"call":1,"event":"add","name":"a","resourceVersion":"1"}"#.to_owned(),
+            "add    ConfigMap shop/a (rv 1) ok in …".to_owned(),
+            format!("reconcile ConfigMap shop/a (attempt 1, at 0ms) {failed} (retried after a backoff): failed by the replay script; retry after 20ms"),
+            r#"  [ctl] info: {"call":1,"event":"add","name":"b","resourceVersion":"2"}"#.to_owned(),
+            "add    ConfigMap shop/b (rv 2) ok in …".to_owned(),
+            format!("reconcile ConfigMap shop/b (attempt 1, at 0ms) {failed}: no quota"),
+            format!("reconcile ConfigMap shop/a (attempt 2, at 20ms) {failed} (retried after a backoff): failed by the replay script; retry after 40ms"),
+            format!("reconcile ConfigMap shop/a (attempt 3, at 60ms) {failed} (retried after a backoff): failed by the replay script; retry after 80ms"),
+            r#"  [ctl] info: {"call":1,"reconcile":"ConfigMap shop/a","resourceVersion":"1"}"#.to_owned(),
+            "reconcile ConfigMap shop/a (attempt 4, at 140ms) ok in …".to_owned(),
+            "8 calls, 4 failed".to_owned(),
+        ]
+        .join("\n")
+    );
+
+    // The plugin's own `reconcile:` block replaces the script's limits.
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::RECONCILER,
+        "--events",
+        events.to_str().unwrap(),
+        "--reconcile",
+        r#"{"backoff": {"base": "5ms", "max": "1s"}}"#,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let attempts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("reconcile ConfigMap shop/a "))
+        .map(|l| l.rsplit_once("; ").map_or("success", |(_, retry)| retry))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            "retry after 5ms",
+            "retry after 10ms",
+            "retry after 20ms",
+            "success"
+        ],
+        "{stdout}"
+    );
+    for (reconcile, error) in [
+        (r#"{"qps": 0}"#, "reconcile.qps: must be more than 0"),
+        (
+            r#"{"retries": 3}"#,
+            "--reconcile is not a valid reconcile: block",
+        ),
+    ] {
+        let out = wasmformer(&[
+            "replay",
+            "--plugin",
+            guests::RECONCILER,
+            "--events",
+            events.to_str().unwrap(),
+            "--reconcile",
+            reconcile,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(error), "{}", text(&out));
+    }
+
+    std::fs::write(
+        &events,
+        "reconcile:\n  fail: [{apiVersion: v1, kind: Secret, namespace: shop, name: a}]\n\
+         events:\n  - add: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: shop}}\n",
+    )
+    .unwrap();
+    let out = wasmformer(&[
+        "replay",
+        "--plugin",
+        guests::RECONCILER,
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "reconcile.fail[0]: Secret is not a handled kind, so none of its keys is reconciled"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
     let dir = tempfile::tempdir().unwrap();

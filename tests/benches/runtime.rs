@@ -248,6 +248,14 @@ fn handle(instance: &mut PluginInstance, event: &Event) {
     }
 }
 
+/// Reconciles the key `shop/web-1` of kind Pod; a failure is reported and counted.
+fn reconcile(instance: &mut PluginInstance) {
+    if let Err(e) = instance.reconcile(&POD, black_box("shop"), black_box("web-1")) {
+        eprint!("[reconcile failed: {e}] ");
+        FAILURES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Calls and starts that failed, each reported on stderr when it happened. Only a deadline
 /// overrun is expected, and only on a loaded machine: the deadline is wall-clock time, so a call
 /// or an instantiation that is preempted long enough traps.
@@ -290,6 +298,25 @@ fn main() {
     bench.run("1-empty", "empty call, realistic Pod", || {
         event_bench(&empty, Grants::none(), json!({}), &realistic)
     });
+    let reconciler = load(&engine, guests::BENCH_RECONCILE);
+    bench.run(
+        "1r-reconcile-noop",
+        "no-op reconcile call (a Pod key)",
+        || {
+            let mut instance = start(&reconciler, Grants::none(), json!({}));
+            measure(|| reconcile(&mut instance))
+        },
+    );
+    bench.run_pair(
+        "pair-reconcile",
+        "no-op reconcile (1r) vs empty call of a minimal Pod (8b)",
+        || {
+            let minimal = Objects::add(&objects.minimal);
+            let mut a = start(&reconciler, Grants::none(), json!({}));
+            let mut b = start(&empty, Grants::none(), json!({}));
+            measure_pair(|| reconcile(&mut a), || handle(&mut b, &minimal))
+        },
+    );
     bench.run(
         "2-labels-wasm",
         "name + namespace + labels handler, wasm",

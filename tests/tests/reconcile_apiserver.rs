@@ -3,7 +3,8 @@
 //! reconcile that fails N times runs exactly N+1 times; `reconcile.owns` and `reconcile.watches`
 //! queue the right keys (the harness runs no controller-manager: the tests create owners and
 //! owned objects themselves); a hot swap in the middle of a retry sequence keeps the key's failure
-//! count. Only orders and counts are asserted, never durations.
+//! count; `examples/config-reloader` rolls the right Deployments, here and on the embedded dev
+//! cluster. Only orders and counts are asserted, never durations.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -415,9 +416,33 @@ async fn a_handler_error_asking_for_a_retry_delivers_the_newest_state_again() {
 /// ConfigMap rolls the Deployments that reference it (volume or envFrom), and only those.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_reloader_annotates_the_deployments_that_reference_a_changed_configmap() {
-    use k8s_openapi::api::apps::v1::Deployment;
     let server = KubeApiserver::shared();
-    let (admin, ns) = (server.admin().await, server.namespace("rc-reloader").await);
+    config_reloader_flow(server.admin().await, server.namespace("rc-reloader").await).await;
+}
+
+/// The same on the embedded dev cluster (`wasmformer dev`): its server-side apply takes the
+/// plugin's annotation and its watches bring the changes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_reloader_annotates_the_same_deployments_on_the_dev_cluster() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use wasmformer_devcluster::{DevCluster, DevClusterConfig};
+    let dev = DevCluster::start(DevClusterConfig::default())
+        .await
+        .unwrap();
+    let client = dev.client().unwrap();
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "rc-reloader"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    config_reloader_flow(client, "rc-reloader".to_owned()).await;
+    dev.shutdown().await.unwrap();
+}
+
+/// The config-reloader example with its own `config.yaml`, limited to `ns`, on `admin`'s server.
+async fn config_reloader_flow(admin: kube::Client, ns: String) {
+    use k8s_openapi::api::apps::v1::Deployment;
     let example = wasmformer_tests::repo_root().join("examples/config-reloader/config.yaml");
     let yaml = std::fs::read_to_string(&example)
         .unwrap()

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use wasmformer::config::ReconcileConfig;
 use wasmformer::plugin::{Limits, LoadedPlugin, LogSource, PluginEngine};
 use wasmformer::replay::{self, Script};
 
@@ -26,6 +27,11 @@ pub struct ReplayArgs {
     /// The plugin's config block, as JSON, passed to its `init`.
     #[arg(long, value_name = "JSON", default_value = "{}")]
     config: String,
+    /// The plugin's `reconcile:` block, as JSON (`{"backoff": {"base": "20ms"}, "qps": 5}`): its
+    /// backoff, qps and burst (client-go's defaults for what it leaves out) replace the event
+    /// script's; `owns` and `watches` are not applied.
+    #[arg(long, value_name = "JSON")]
+    reconcile: Option<String>,
     /// Deadline per call.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
     deadline: Duration,
@@ -50,7 +56,12 @@ enum Output {
 pub fn run(args: ReplayArgs, cache_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config: serde_json::Value =
         serde_json::from_str(&args.config).context("--config is not valid JSON")?;
-    let script = Script::load(&args.events)?;
+    let mut script = Script::load(&args.events)?;
+    if let Some(reconcile) = &args.reconcile {
+        let reconcile: ReconcileConfig = serde_json::from_str(reconcile)
+            .context("--reconcile is not a valid reconcile: block")?;
+        script.set_limits(&reconcile);
+    }
     let engine = PluginEngine::new(cache_dir)
         .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
     let name = args.name.clone().unwrap_or_else(|| {

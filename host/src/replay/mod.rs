@@ -9,11 +9,13 @@
 //! against the script's grants and the plugin's limits like a running host's, but never sent.
 //!
 //! A plugin that exports `reconciler` is also reconciled: each handled event queues its key in a
-//! [`WorkQueue`] on a [`VirtualClock`] (client-go's default limits); after each event the ready
+//! [`WorkQueue`] on a [`VirtualClock`] (the script's `reconcile:` limits, else client-go's
+//! defaults); after each event the ready
 //! keys run, and after the last one the clock jumps from one scheduled key to the next (retries
 //! after their backoff, requeue-afters once), so a replay is instant and deterministic. Each
 //! reconcile is reported with its attempt number, its virtual time and the backoff that follows
-//! a retried failure.
+//! a retried failure. The script's `reconcile.fail` entries fail a key's first reconciles
+//! without calling the plugin (see [`Script`]).
 
 mod feed;
 mod script;
@@ -24,13 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use feed::Feed;
-pub use script::{Script, ScriptError, ScriptStep, Step};
+pub use script::{InjectedFailure, Script, ScriptError, ScriptStep, Step};
 
 use crate::cache::{Event, Gvk, ObjectKey, Store};
 use crate::plugin::{
     CallError, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginInstance, WriteAccess,
 };
-use crate::workqueue::{RateLimits, VirtualClock, WorkQueue};
+use crate::workqueue::{VirtualClock, WorkQueue};
 use crate::writer::{PluginWriter, RecordedWrite, Recording, Sink, WriteSettings};
 
 /// At most this many reconciles run after the script's last event (a reconciler that always
@@ -46,6 +48,8 @@ pub struct ReconcileStep {
     pub at: Duration,
     /// After a failure that is retried: how long until the next attempt.
     pub backoff: Option<Duration>,
+    /// The script failed it (`reconcile.fail`): the plugin was not called.
+    pub injected: bool,
 }
 
 /// What happened to one scripted event.
@@ -97,7 +101,9 @@ impl fmt::Display for CallOutcome {
                 None => f.write_str(") ")?,
             }
         }
+        let injected = self.reconcile.is_some_and(|step| step.injected);
         match &self.error {
+            Some(e) if injected => write!(f, "FAILED by the script: {e}")?,
             None => write!(f, "ok in {:.1}ms", self.elapsed.as_secs_f64() * 1e3)?,
             Some(e) => write!(
                 f,
@@ -187,8 +193,16 @@ pub fn run(
     report(&init);
     let clock = VirtualClock::new();
     let mut work: WorkQueue<(Gvk, ObjectKey)> =
-        WorkQueue::new(Arc::new(clock.clone()), RateLimits::default());
+        WorkQueue::new(Arc::new(clock.clone()), script.rate_limits());
     let reconciles = instance.reconciles();
+    let mut reconcile = Reconcile {
+        instance: &mut instance,
+        work: &mut work,
+        clock: &clock,
+        lines: &lines,
+        recording: &recording,
+        failures: Failures::new(script.injected_failures()),
+    };
 
     let handled = script.handled_kinds();
     let mut outcomes = vec![init];
@@ -200,7 +214,7 @@ pub fn run(
             continue;
         }
         let started = Instant::now();
-        let error = instance.handle(&gvk, &event).err();
+        let error = reconcile.instance.handle(&gvk, &event).err();
         let marker = match event {
             Event::Add { initial: true, .. } => Some("initial"),
             Event::Delete {
@@ -224,10 +238,9 @@ pub fn run(
         report(&outcome);
         outcomes.push(outcome);
         if reconciles {
-            work.add((gvk.clone(), obj.key().clone()));
-            while let Some(key) = work.get() {
-                let outcome =
-                    reconcile_one(&mut instance, &mut work, &clock, key, &lines, &recording);
+            reconcile.work.add((gvk.clone(), obj.key().clone()));
+            while let Some(key) = reconcile.work.get() {
+                let outcome = reconcile.one(key);
                 report(&outcome);
                 outcomes.push(outcome);
             }
@@ -235,11 +248,11 @@ pub fn run(
     }
     let mut after = 0;
     while after < RECONCILES_AFTER_THE_SCRIPT
-        && let Some(at) = work.next_due()
+        && let Some(at) = reconcile.work.next_due()
     {
         clock.advance_to(at);
-        while let Some(key) = work.get() {
-            let outcome = reconcile_one(&mut instance, &mut work, &clock, key, &lines, &recording);
+        while let Some(key) = reconcile.work.get() {
+            let outcome = reconcile.one(key);
             report(&outcome);
             outcomes.push(outcome);
             after += 1;
@@ -248,49 +261,92 @@ pub fn run(
     Ok(outcomes)
 }
 
-/// Runs one reconcile of `key` and re-queues it as a live worker would.
-fn reconcile_one(
-    instance: &mut PluginInstance,
-    work: &mut WorkQueue<(Gvk, ObjectKey)>,
-    clock: &VirtualClock,
-    key: (Gvk, ObjectKey),
-    lines: &Mutex<Vec<LogLine>>,
-    recording: &Recording,
-) -> CallOutcome {
-    let attempt = work.num_requeues(&key) + 1;
-    let (gvk, object) = key.clone();
-    let started = Instant::now();
-    let result = instance.reconcile(&gvk, &object.namespace, &object.name);
-    let elapsed = started.elapsed();
-    let mut backoff = None;
-    match &result {
-        Ok(requeue) => {
-            work.forget(&key);
-            if let Some(after) = requeue {
-                work.add_after(key.clone(), *after);
-            }
-        }
-        Err(error) if error.wants_retry(true) => {
-            backoff = Some(work.add_rate_limited(key.clone()));
-        }
-        Err(_) => work.forget(&key),
+/// The reconciles a script fails: how many of each key's next reconciles still fail.
+struct Failures {
+    left: HashMap<(Gvk, ObjectKey), (u32, InjectedFailure)>,
+}
+
+impl Failures {
+    fn new(failures: Vec<InjectedFailure>) -> Self {
+        let left = failures
+            .into_iter()
+            .map(|f| ((f.gvk.clone(), f.key.clone()), (f.times, f)))
+            .collect();
+        Self { left }
     }
-    work.done(&key);
-    CallOutcome {
-        event: "reconcile",
-        gvk,
-        key: object,
-        resource_version: String::new(),
-        marker: None,
-        elapsed,
-        logs: std::mem::take(&mut *lines.lock().expect("log lines")),
-        writes: recording.take(),
-        error: result.err(),
-        reconcile: Some(ReconcileStep {
-            attempt,
-            at: clock.elapsed(),
-            backoff,
-        }),
+
+    /// The error of `key`'s next reconcile, if the script fails it.
+    fn take(&mut self, key: &(Gvk, ObjectKey)) -> Option<CallError> {
+        let (left, failure) = self.left.get_mut(key)?;
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        Some(CallError::Reconcile {
+            message: failure.message.clone(),
+            retry: failure.retry,
+        })
+    }
+}
+
+/// What a replay's reconciles run with.
+struct Reconcile<'a> {
+    instance: &'a mut PluginInstance,
+    work: &'a mut WorkQueue<(Gvk, ObjectKey)>,
+    clock: &'a VirtualClock,
+    lines: &'a Mutex<Vec<LogLine>>,
+    recording: &'a Recording,
+    failures: Failures,
+}
+
+impl Reconcile<'_> {
+    /// Runs one reconcile of `key` (or fails it, if the script says so) and re-queues it as a
+    /// live worker would.
+    fn one(&mut self, key: (Gvk, ObjectKey)) -> CallOutcome {
+        let work = &mut *self.work;
+        let attempt = work.num_requeues(&key) + 1;
+        let (gvk, object) = key.clone();
+        let started = Instant::now();
+        let injected = self.failures.take(&key);
+        let is_injected = injected.is_some();
+        let result = match injected {
+            Some(error) => Err(error),
+            None => self
+                .instance
+                .reconcile(&gvk, &object.namespace, &object.name),
+        };
+        let elapsed = started.elapsed();
+        let mut backoff = None;
+        match &result {
+            Ok(requeue) => {
+                work.forget(&key);
+                if let Some(after) = requeue {
+                    work.add_after(key.clone(), *after);
+                }
+            }
+            Err(error) if error.wants_retry(true) => {
+                backoff = Some(work.add_rate_limited(key.clone()));
+            }
+            Err(_) => work.forget(&key),
+        }
+        work.done(&key);
+        CallOutcome {
+            event: "reconcile",
+            gvk,
+            key: object,
+            resource_version: String::new(),
+            marker: None,
+            elapsed,
+            logs: std::mem::take(&mut *self.lines.lock().expect("log lines")),
+            writes: self.recording.take(),
+            error: result.err(),
+            reconcile: Some(ReconcileStep {
+                attempt,
+                at: self.clock.elapsed(),
+                backoff,
+                injected: is_injected,
+            }),
+        }
     }
 }
 

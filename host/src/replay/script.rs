@@ -12,6 +12,13 @@
 //! write:              # optional: what the plugin may write (default: every verb on every kind
 //!   - {apiVersion: v1, kind: Pod, verbs: [apply]}   #   in the script); writes are recorded
 //! writeEvents: true   # optional: whether it may record Events (default: true)
+//! reconcile:          # optional, for a plugin that exports `reconciler`
+//!   backoff: {base: 5ms, max: 1000s}   # the queue's limits, as the config's `reconcile:`
+//!   qps: 10                            #   (default: client-go's, these)
+//!   burst: 100
+//!   fail:             # reconciles the script fails instead of calling the plugin
+//!     - {apiVersion: v1, kind: ConfigMap, namespace: shop, name: a, times: 3}
+//!     - {apiVersion: v1, kind: ConfigMap, namespace: shop, name: b, retry: false, message: gone}
 //! events:
 //!   - add: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
 //!   - update: {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop, labels: {a: b}}}
@@ -21,6 +28,10 @@
 //!
 //! Objects without `metadata.resourceVersion` get increasing ones in script order, and objects
 //! without `metadata.uid` get `uid-<namespace>-<name>`, so updates keep their uid.
+//!
+//! A `reconcile.fail` entry fails the key's first `times` reconciles (default 1) without calling
+//! the plugin, with a reconcile error carrying `message` that asks for a retry unless `retry:
+//! false`; the key's later reconciles call the plugin.
 //!
 //! [`Script::check`] refuses, before anything runs, what no informer could deliver: a delete or
 //! update of an object that is not in the cache at that point, an add of one that is (same uid),
@@ -37,6 +48,8 @@ use serde_saphyr::Spanned;
 
 use super::Stores;
 use crate::cache::{FieldPath, Gvk, IndexSpec, ObjectError, ObjectKey, Store};
+use crate::config::BackoffConfig;
+use crate::workqueue::RateLimits;
 
 /// A kind in a script's `handles` or `read`: `apiVersion` and `kind` (unlike the config's
 /// [`KindRef`](crate::config::KindRef), no plural `resource`: a script has no discovery to
@@ -73,6 +86,56 @@ struct StepDoc {
     delete: Option<Value>,
     #[serde(default)]
     final_state_unknown: bool,
+}
+
+/// `reconcile:` of a script: the work queue's limits and the reconciles that fail.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScriptReconcile {
+    backoff: Option<BackoffConfig>,
+    qps: Option<f64>,
+    burst: Option<u32>,
+    #[serde(default)]
+    fail: Vec<ScriptFailure>,
+}
+
+/// One entry of `reconcile.fail`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScriptFailure {
+    api_version: String,
+    kind: String,
+    #[serde(default)]
+    namespace: String,
+    name: String,
+    #[serde(default = "one")]
+    times: u32,
+    #[serde(default = "yes")]
+    retry: bool,
+    message: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Reconciles a script fails instead of calling the plugin (its `reconcile.fail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectedFailure {
+    /// The key's kind.
+    pub gvk: Gvk,
+    /// The key.
+    pub key: ObjectKey,
+    /// How many of the key's first reconciles fail.
+    pub times: u32,
+    /// Whether they ask for a retry.
+    pub retry: bool,
+    /// The error message.
+    pub message: String,
 }
 
 /// One scripted event and where it is in the script.
@@ -118,6 +181,8 @@ pub struct Script {
     events: Vec<Spanned<StepDoc>>,
     write: Option<Vec<crate::config::WriteGrant>>,
     write_events: Option<bool>,
+    #[serde(default)]
+    reconcile: ScriptReconcile,
 }
 
 /// Why a script cannot be used.
@@ -227,6 +292,7 @@ impl Script {
                     source,
                 })
         };
+        self.check_reconcile()?;
         let mut cached: HashMap<(Gvk, ObjectKey), String> = HashMap::new();
         for (i, (gvk, value)) in self.initial_objects()?.iter().enumerate() {
             let obj = admit(&format!("initial[{i}]"), None, gvk, value)?;
@@ -272,6 +338,102 @@ impl Script {
             }
         }
         Ok(())
+    }
+
+    /// Checks `reconcile:`: limits a running host would accept, failures of handled kinds.
+    fn check_reconcile(&self) -> Result<(), ScriptError> {
+        let reconcile = &self.reconcile;
+        if let Some(backoff) = reconcile.backoff {
+            if backoff.base.is_zero() {
+                return Err(ScriptError::invalid(
+                    "reconcile.backoff.base".into(),
+                    "must be more than 0s",
+                ));
+            }
+            if backoff.max < backoff.base {
+                return Err(ScriptError::invalid(
+                    "reconcile.backoff.max".into(),
+                    format!(
+                        "must be at least backoff.base ({})",
+                        humantime::format_duration(backoff.base)
+                    ),
+                ));
+            }
+        }
+        if reconcile
+            .qps
+            .is_some_and(|qps| !(qps.is_finite() && qps > 0.0))
+        {
+            return Err(ScriptError::invalid(
+                "reconcile.qps".into(),
+                "must be more than 0",
+            ));
+        }
+        if reconcile.burst == Some(0) {
+            return Err(ScriptError::invalid(
+                "reconcile.burst".into(),
+                "must be more than 0",
+            ));
+        }
+        let handled = self.handled_kinds();
+        for (i, failure) in reconcile.fail.iter().enumerate() {
+            let at = format!("reconcile.fail[{i}]");
+            let gvk = Gvk::from_api_version(&failure.api_version, &failure.kind);
+            if !handled.contains(&gvk) {
+                return Err(ScriptError::invalid(
+                    at,
+                    format!(
+                        "{} is not a handled kind, so none of its keys is reconciled",
+                        failure.kind
+                    ),
+                ));
+            }
+            if failure.times == 0 {
+                return Err(ScriptError::invalid(
+                    format!("{at}.times"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces `reconcile:`'s limits with a plugin's `reconcile:` block (its `backoff`, `qps`
+    /// and `burst`; `replay --reconcile`); [`Script::check`] checks them.
+    pub fn set_limits(&mut self, reconcile: &crate::config::ReconcileConfig) {
+        self.reconcile.backoff = Some(reconcile.backoff);
+        self.reconcile.qps = Some(reconcile.qps);
+        self.reconcile.burst = Some(reconcile.burst);
+    }
+
+    /// The work queue's limits: `reconcile:`'s, client-go's defaults for what it leaves out.
+    pub fn rate_limits(&self) -> RateLimits {
+        let defaults = RateLimits::default();
+        let reconcile = &self.reconcile;
+        RateLimits {
+            base: reconcile.backoff.map_or(defaults.base, |b| b.base),
+            max: reconcile.backoff.map_or(defaults.max, |b| b.max),
+            qps: reconcile.qps.unwrap_or(defaults.qps),
+            burst: reconcile.burst.unwrap_or(defaults.burst),
+        }
+    }
+
+    /// The reconciles the script fails (`reconcile.fail`), in script order.
+    pub fn injected_failures(&self) -> Vec<InjectedFailure> {
+        self.reconcile
+            .fail
+            .iter()
+            .map(|f| InjectedFailure {
+                gvk: Gvk::from_api_version(&f.api_version, &f.kind),
+                key: ObjectKey::new(&f.namespace, &f.name),
+                times: f.times,
+                retry: f.retry,
+                message: f
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| "failed by the replay script".to_owned()),
+            })
+            .collect()
     }
 
     /// Fills in resourceVersions (in script order) and uids.
@@ -475,6 +637,49 @@ events:
   - delete: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: shop}}
     finalStateUnknown: true
 "#;
+
+    #[test]
+    fn reconcile_limits_default_to_client_go_and_bad_ones_are_refused_by_name() {
+        let events =
+            "events:\n  - add: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: shop}}\n";
+        let script = Script::parse(events).unwrap();
+        assert_eq!(script.rate_limits(), RateLimits::default());
+        let script = Script::parse(&format!(
+            "reconcile: {{backoff: {{base: 1s}}, burst: 3}}\n{events}"
+        ))
+        .unwrap();
+        assert_eq!(
+            script.rate_limits(),
+            RateLimits {
+                base: std::time::Duration::from_secs(1),
+                burst: 3,
+                ..RateLimits::default()
+            }
+        );
+        for (reconcile, error) in [
+            (
+                "{backoff: {base: 0s}}",
+                "reconcile.backoff.base: must be more than 0s",
+            ),
+            (
+                "{backoff: {base: 2s, max: 1s}}",
+                "reconcile.backoff.max: must be at least backoff.base (2s)",
+            ),
+            ("{qps: 0}", "reconcile.qps: must be more than 0"),
+            ("{burst: 0}", "reconcile.burst: must be more than 0"),
+            (
+                "{fail: [{apiVersion: v1, kind: Pod, name: p, times: 0}]}",
+                "reconcile.fail[0].times: must be at least 1",
+            ),
+        ] {
+            let script = Script::parse(&format!("reconcile: {reconcile}\n{events}")).unwrap();
+            assert_eq!(
+                script.check().unwrap_err().to_string(),
+                error,
+                "{reconcile}"
+            );
+        }
+    }
 
     #[test]
     fn numbers_resource_versions_and_keeps_uids_stable() {
