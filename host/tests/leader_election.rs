@@ -384,37 +384,6 @@ fn one_leader_handles_and_a_follower_takes_over_on_sigkill_and_sigterm() {
     drop(a);
 }
 
-/// The page at `url` as headless Chromium renders it (`scripts/test` installs Debian's
-/// `chromium`), as in the status page's own test.
-fn chromium_dom(url: &str) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let output = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("chromium is needed for this test (scripts/test installs the Debian package `chromium`)");
-    assert!(
-        output.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// The plugins `host` leads and runs, from `/status`: its Lease is this replica's
 /// (`leadership.plugins[].leader`) and the plugin has started and delivered the warm cache
 /// (`plugins[].version` set, `synced`), so a change made now reaches it as a live event.
@@ -549,7 +518,8 @@ fn replicas_share_six_plugins_evenly_and_a_killed_replicas_plugins_move_to_the_o
         );
     }
     // The status page says which plugins A leads and lists all six.
-    let dom = chromium_dom(&format!("http://127.0.0.1:{}/", a.admin));
+    let dom =
+        wasmformer_tests::chromium(&format!("http://127.0.0.1:{}/", a.admin), &["--dump-dom"]);
     let leads = split[0].iter().cloned().collect::<Vec<_>>().join(", ");
     assert!(
         dom.contains(&format!(

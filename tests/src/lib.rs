@@ -70,6 +70,41 @@ pub async fn dev_cluster_with_namespace(
     (dev, client)
 }
 
+/// Runs headless Chromium on `url` with `args` (e.g. `--dump-dom`, `--screenshot=FILE`) and
+/// returns its stdout: its own empty profile, nothing phoned home (`scripts/test` installs
+/// Debian's `chromium`).
+pub fn chromium(url: &str, args: &[&str]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=5000",
+            "--window-size=1280,800",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect(
+            "chromium is needed for this test (scripts/test installs the Debian package `chromium`)",
+        );
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// `../shared/fixtures/pod-realistic.json`, the object of record for benchmarks.
 pub fn realistic_pod() -> Value {
     let path = shared_dir().join("fixtures/pod-realistic.json");

@@ -2,7 +2,6 @@
 //! dev cluster: every plugin's row shows what `/status` says. The screenshot is kept as a test
 //! artifact in `target/tmp/status-page.png`.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,29 +14,6 @@ use wasmformer::runtime::{Runtime, RuntimeOptions};
 use wasmformer_tests::guests;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Runs headless Chromium on `url` with `args` (its own empty profile, nothing phoned home).
-fn chromium(url: &str, args: &[&str]) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let output = Command::new("chromium")
-        .args([
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
-            "--window-size=1280,800",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(args)
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("chromium is needed for this test (scripts/test installs the Debian package `chromium`)");
-    assert!(
-        output.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// The text of the `field` cell in the row whose `data-{row_attr}` is `key`.
 fn cell(dom: &str, row_attr: &str, key: &str, field: &str) -> String {
@@ -113,9 +89,10 @@ async fn the_status_page_shows_what_status_says() {
         .unwrap()
     };
     let page = url.clone();
-    let dom = tokio::task::spawn_blocking(move || chromium(&page, &["--dump-dom"]))
-        .await
-        .unwrap();
+    let dom =
+        tokio::task::spawn_blocking(move || wasmformer_tests::chromium(&page, &["--dump-dom"]))
+            .await
+            .unwrap();
     assert!(
         dom.contains(r#"data-loaded="true""#),
         "the page did not load /status: {dom}"
@@ -156,7 +133,7 @@ async fn the_status_page_shows_what_status_says() {
     let screenshot = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
     let _ = std::fs::remove_file(&screenshot);
     let arg = format!("--screenshot={}", screenshot.display());
-    tokio::task::spawn_blocking(move || chromium(&url, &[&arg]))
+    tokio::task::spawn_blocking(move || wasmformer_tests::chromium(&url, &[&arg]))
         .await
         .unwrap();
     let png = std::fs::read(&screenshot).expect("the screenshot was written");

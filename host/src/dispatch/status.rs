@@ -52,7 +52,7 @@ impl TimedError {
 
 /// A point-in-time copy of a plugin's status; one entry of `/status`'s `plugins` (the README's
 /// "Machine-readable output" documents the JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     /// The plugin's name.
@@ -139,18 +139,8 @@ impl PluginStatus {
     pub fn failed_report(name: &str, error: TimedError) -> StatusReport {
         StatusReport {
             name: name.to_owned(),
-            version: String::new(),
-            contract: String::new(),
-            loaded_at: None,
-            swaps: 0,
-            calls: 0,
-            failures: 0,
             last_error: Some(error),
-            last_swap_error: None,
-            queue_depth: 0,
-            synced: false,
-            writes: WriteTally::default(),
-            work_queue: WorkQueueReport::default(),
+            ..StatusReport::default()
         }
     }
 
@@ -159,18 +149,8 @@ impl PluginStatus {
     pub fn standby_report(name: &str, synced: bool) -> StatusReport {
         StatusReport {
             name: name.to_owned(),
-            version: String::new(),
-            contract: String::new(),
-            loaded_at: None,
-            swaps: 0,
-            calls: 0,
-            failures: 0,
-            last_error: None,
-            last_swap_error: None,
-            queue_depth: 0,
             synced,
-            writes: WriteTally::default(),
-            work_queue: WorkQueueReport::default(),
+            ..StatusReport::default()
         }
     }
 
