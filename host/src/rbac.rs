@@ -356,46 +356,36 @@ plugins:
     wasm: a.wasm
     handles: [{apiVersion: v1, kind: ConfigMap}]
 "#;
-        let config = HostConfig::parse(yaml, "/".into()).unwrap();
         let options = RbacOptions {
             name: "wf".into(),
             service_account: None,
             namespace: "ops".into(),
         };
-        let objects = objects(&config, &options, |_| {
-            Ok(Resource {
-                group: String::new(),
-                plural: "configmaps".into(),
-                namespaced: true,
+        // The Role that grants `leases` for the config `yaml`.
+        let lease_role = |yaml: &str| {
+            let config = HostConfig::parse(yaml, "/".into()).unwrap();
+            objects(&config, &options, |_| {
+                Ok(Resource {
+                    group: String::new(),
+                    plural: "configmaps".into(),
+                    namespaced: true,
+                })
             })
-        })
-        .unwrap();
-        let lease_role = objects
-            .iter()
+            .unwrap()
+            .into_iter()
             .find(|o| o["rules"][0]["resources"][0] == "leases")
-            .expect("a Role for the Lease");
-        assert_eq!(lease_role["kind"], "Role");
-        assert_eq!(lease_role["metadata"]["namespace"], "elect");
+            .expect("a Role for the Lease")
+        };
+        let role = lease_role(yaml);
+        assert_eq!(role["kind"], "Role");
+        assert_eq!(role["metadata"]["namespace"], "elect");
         assert_eq!(
-            lease_role["rules"][0]["verbs"],
+            role["rules"][0]["verbs"],
             serde_json::json!(["create", "get", "patch", "update"])
         );
         let plugin_scope = yaml.replace("namespace: elect}", "namespace: elect, scope: plugin}");
-        let config = HostConfig::parse(&plugin_scope, "/".into()).unwrap();
-        let objects = super::objects(&config, &options, |_| {
-            Ok(Resource {
-                group: String::new(),
-                plural: "configmaps".into(),
-                namespaced: true,
-            })
-        })
-        .unwrap();
-        let lease_role = objects
-            .iter()
-            .find(|o| o["rules"][0]["resources"][0] == "leases")
-            .expect("a Role for the Leases");
         assert_eq!(
-            lease_role["rules"][0]["verbs"],
+            lease_role(&plugin_scope)["rules"][0]["verbs"],
             serde_json::json!(["create", "get", "list", "patch", "update", "watch"]),
             "scope: plugin lists the membership Leases"
         );

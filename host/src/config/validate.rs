@@ -457,6 +457,19 @@ fn check_field_selector(selector: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The problems `parse` finds in `bad`, as `at: message` lines, after checking each is located.
+    fn located_problems(bad: &str) -> Vec<String> {
+        let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
+        assert!(
+            problems.iter().all(|p| p.position.is_some()),
+            "every problem is located: {problems:#?}"
+        );
+        problems
+            .iter()
+            .map(|p| format!("{}: {}", p.at, p.message))
+            .collect()
+    }
+
     const GOOD: &str = r#"
 host:
   defaultResync: 30s
@@ -510,15 +523,7 @@ plugins:
     limits: {deadline: 0s, memoryByte: 1}
   - {name: c, wasm: c.wasm, handles: [{apiVersion: v1, kind: Pod}], onSwap: rebuild}
 "#;
-        let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
-        assert!(
-            problems.iter().all(|p| p.position.is_some()),
-            "every problem is located: {problems:#?}"
-        );
-        let text: Vec<String> = problems
-            .iter()
-            .map(|p| format!("{}: {}", p.at, p.message))
-            .collect();
+        let text = located_problems(bad);
         let has = |at: &str, what: &str| text.iter().any(|p| p.starts_with(at) && p.contains(what));
         assert!(has("clustr", "unknown field"), "{text:#?}");
         assert!(has("plugins[0].name", "invalid plugin name"), "{text:#?}");
@@ -627,15 +632,7 @@ plugins:
       backoff: {base: 2s, max: 1s}
       retries: 3
 "#;
-        let problems = HostConfig::parse(bad, PathBuf::new()).unwrap_err();
-        assert!(
-            problems.iter().all(|p| p.position.is_some()),
-            "every problem is located: {problems:#?}"
-        );
-        let text: Vec<String> = problems
-            .iter()
-            .map(|p| format!("{}: {}", p.at, p.message))
-            .collect();
+        let text = located_problems(bad);
         let has = |at: &str, what: &str| text.iter().any(|p| p.starts_with(at) && p.contains(what));
         for (at, what) in [
             (
