@@ -519,15 +519,16 @@ async fn controller_flows_on_the_dev_cluster_follow_what_kubernetes_documents() 
     let deployments = Api::<Deployment>::namespaced(client.clone(), "work");
     deployments.create(&post, &web).await.unwrap();
     let events = wait_until(&recorded, |events| {
-        of(events, "Pod")
-            .filter(|e| {
-                e["object"]["status"]["phase"] == "Running"
-                    && condition(&e["object"], "Ready") == Some("True")
-            })
-            .map(|e| e["name"].as_str().unwrap())
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
-            == 2
+        of(events, "ReplicaSet").next().is_some()
+            && of(events, "Pod")
+                .filter(|e| {
+                    e["object"]["status"]["phase"] == "Running"
+                        && condition(&e["object"], "Ready") == Some("True")
+                })
+                .map(|e| e["name"].as_str().unwrap())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                == 2
     })
     .await;
     let rs = of(&events, "ReplicaSet").next().unwrap();
@@ -579,8 +580,11 @@ async fn controller_flows_on_the_dev_cluster_follow_what_kubernetes_documents() 
         ..DeleteParams::default()
     };
     deployments.delete("web", &foreground).await.unwrap();
+    // Each kind has its own watch, so the owner's delete can reach the plugin before its
+    // dependents' do; the order is checked on resource versions, after all of them arrived.
     let events = wait_until(&recorded, |events| {
-        of(events, "Deployment").any(|e| e["event"] == "delete")
+        let deletes = |kind| of(events, kind).filter(|e| e["event"] == "delete").count();
+        deletes("Pod") >= 2 && deletes("ReplicaSet") >= 1 && deletes("Deployment") >= 1
     })
     .await;
     let marked = of(&events, "Deployment")
@@ -613,14 +617,26 @@ async fn controller_flows_on_the_dev_cluster_follow_what_kubernetes_documents() 
         .create(&post, &job)
         .await
         .unwrap();
+    let job_pod_succeeded = |events: &[Value]| {
+        of(events, "Pod").any(|e| {
+            e["object"]["status"]["phase"] == "Succeeded"
+                && e["object"]["metadata"]["ownerReferences"][0]["kind"] == "Job"
+        })
+    };
     let events = wait_until(&recorded, |events| {
         of(events, "Job").any(|e| condition(&e["object"], "Complete") == Some("True"))
+            && job_pod_succeeded(events)
     })
     .await;
+    let completed = of(&events, "Job")
+        .find(|e| condition(&e["object"], "Complete") == Some("True"))
+        .unwrap();
+    let succeeded = of(&events, "Pod")
+        .find(|e| e["object"]["status"]["phase"] == "Succeeded")
+        .unwrap();
     assert!(
-        of(&events, "Pod").any(|e| e["object"]["status"]["phase"] == "Succeeded"
-            && e["object"]["metadata"]["ownerReferences"][0]["kind"] == "Job"),
-        "the Job's Pod succeeded"
+        rv(succeeded) < rv(completed),
+        "the Pod succeeds before the Job completes"
     );
 
     // A deleted namespace is Terminating while what it holds is deleted, then goes.
@@ -637,7 +653,9 @@ async fn controller_flows_on_the_dev_cluster_follow_what_kubernetes_documents() 
         .await
         .unwrap();
     let events = wait_until(&recorded, |events| {
-        of(events, "Namespace").any(|e| e["name"] == "gone" && e["event"] == "delete")
+        let deleted =
+            |kind, name| of(events, kind).any(|e| e["name"] == name && e["event"] == "delete");
+        deleted("Namespace", "gone") && deleted("ConfigMap", "inside")
     })
     .await;
     let gone: Vec<&Value> = of(&events, "Namespace")
