@@ -2,10 +2,10 @@
 // generated from the WIT by `gentypes.mjs`, are in types/.
 /// <reference path="./types/plugin.d.ts" />
 
-import type { Gvk } from "wasmformer:plugin/types@0.3.1";
+import type { Gvk } from "wasmformer:plugin/types@0.3.2";
 
 export type { Gvk };
-export type Level = import("wasmformer:plugin/log@0.3.1").Level;
+export type Level = import("wasmformer:plugin/log@0.3.2").Level;
 
 /** The contract version this SDK builds plugins for (the WIT package version). */
 export const CONTRACT_VERSION: string;
@@ -66,7 +66,7 @@ export const lister: {
 };
 
 /** The `handler` export componentize-js calls (generated entry modules re-export it). */
-export const handler: typeof import("wasmformer:plugin/handler@0.3.1");
+export const handler: typeof import("wasmformer:plugin/handler@0.3.2");
 
 /** What `writer.delete` checks before deleting. */
 export interface Preconditions {
@@ -75,12 +75,12 @@ export interface Preconditions {
 }
 
 /** One reason the API server gave for refusing a write. */
-export type Cause = import("wasmformer:plugin/writer@0.3.1").Cause;
+export type Cause = import("wasmformer:plugin/writer@0.3.2").Cause;
 
 /** Why a write failed; `refusedBy` is set for `forbidden`, `causes` for invalid and conflict. */
 export class WriteError extends Error {
   readonly kind: "forbidden" | "invalid" | "conflict" | "not-found" | "throttled" | "unavailable" | "encode";
-  readonly refusedBy: import("wasmformer:plugin/writer@0.3.1").RefusedBy | undefined;
+  readonly refusedBy: import("wasmformer:plugin/writer@0.3.2").RefusedBy | undefined;
   readonly causes: Cause[];
   /** The host's or the server's text, without the kind. */
   readonly detail: string;
@@ -96,18 +96,18 @@ export const writer: {
     namespace: string,
     name: string,
     body: unknown,
-    options?: { patchType?: import("wasmformer:plugin/writer@0.3.1").PatchType; status?: boolean },
+    options?: { patchType?: import("wasmformer:plugin/writer@0.3.2").PatchType; status?: boolean },
   ): any;
   create(manifest: object | string): any;
   delete(
     kind: Gvk,
     namespace: string,
     name: string,
-    options?: { propagation?: import("wasmformer:plugin/writer@0.3.1").Propagation; preconditions?: Preconditions },
+    options?: { propagation?: import("wasmformer:plugin/writer@0.3.2").Propagation; preconditions?: Preconditions },
   ): void;
   event(
     regarding: KubeObject,
-    type: import("wasmformer:plugin/writer@0.3.1").EventType,
+    type: import("wasmformer:plugin/writer@0.3.2").EventType,
     reason: string,
     action: string,
     note: string,

@@ -18,12 +18,12 @@
 // its call with `"<ErrorType>: <message>"`. Writes to the cluster go through `writer` (apply,
 // patch, create, delete, event); a failed write throws a `WriteError` whose `kind` names why.
 
-import { log as hostLog } from "wasmformer:plugin/log@0.3.1";
-import * as witLister from "wasmformer:plugin/lister@0.3.1";
-import * as witWriter from "wasmformer:plugin/writer@0.3.1";
+import { log as hostLog } from "wasmformer:plugin/log@0.3.2";
+import * as witLister from "wasmformer:plugin/lister@0.3.2";
+import * as witWriter from "wasmformer:plugin/writer@0.3.2";
 
 /** The contract version this SDK builds plugins for (the WIT package version). */
-export const CONTRACT_VERSION = "0.3.1";
+export const CONTRACT_VERSION = "0.3.2";
 
 /** The kind of a manifest's `apiVersion` and `kind`: `gvk("apps/v1", "ReplicaSet")`. */
 export function gvk(apiVersion, kind) {

@@ -36,6 +36,7 @@ pub use k8s_openapi;
 pub use lister::ListerError;
 pub use object::{Gvk, Object};
 pub use reconcile::{Action, ObjectRef, Reconciler};
+pub use serde;
 pub use serde_json;
 pub use writer::WriteError;
 
@@ -62,7 +63,7 @@ pub mod reconciler_bindings {
         inline: "
             package wasmformer:sdk;
             world reconciler-export {
-                export wasmformer:plugin/reconciler@0.3.1;
+                export wasmformer:plugin/reconciler@0.3.2;
             }
         ",
         path: "../wit",
@@ -73,13 +74,35 @@ pub mod reconciler_bindings {
         runtime_path: "wasmformer_guest::__private::wit_bindgen::rt",
         additional_derives: [PartialEq, Eq],
         with: {
-            "wasmformer:plugin/types@0.3.1": wasmformer_guest::bindings::wasmformer::plugin::types,
+            "wasmformer:plugin/types@0.3.2": wasmformer_guest::bindings::wasmformer::plugin::types,
         },
     });
 }
 
+/// The bindings of the `state` export alone (world `state-export`); plugin code never needs them.
+/// They are only linked into plugins that use `export!(MyPlugin, state)`.
+#[doc(hidden)]
+pub mod state_bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "state-export",
+        pub_export_macro: true,
+        export_macro_name: "__export_state_bindings",
+        default_bindings_module: "wasmformer_guest::state_bindings",
+        runtime_path: "wasmformer_guest::__private::wit_bindgen::rt",
+    });
+}
+
 /// The contract version this SDK builds plugins for (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.3.1";
+pub const CONTRACT_VERSION: &str = "0.3.2";
+
+/// The version (the BLAKE3 hash of its wasm) of the instance whose state this one restored, while
+/// and after [`Plugin::init`] runs; `None` when it started without one. Equal to this instance's
+/// own version after an idle unload, the predecessor's after a hot swap: compare it to migrate a
+/// format your serde attributes (`#[serde(default)]`, `alias`) do not already read.
+pub fn restored_from() -> Option<String> {
+    __private::RESTORED_FROM.with(|from| from.borrow().clone())
+}
 
 /// A plugin's event handlers, in client-go's terms. Every method defaults to doing nothing.
 ///
@@ -115,12 +138,24 @@ pub trait Plugin: Default + 'static {
 }
 
 /// Exports a [`Plugin`] implementation as the component's `handler`; with `, reconciler`, a
-/// [`Reconciler`] as a controller (its `handler` and `reconciler`).
+/// [`Reconciler`] as a controller (its `handler` and `reconciler`); with `, state`, the plugin's
+/// fields as its state (the `state` export, contract 0.3.2).
 ///
 /// ```text
 /// wasmformer_guest::export!(MyPlugin);
 /// wasmformer_guest::export!(MyController, reconciler);
+/// wasmformer_guest::export!(MyCounter, state);
+/// wasmformer_guest::export!(MyController, reconciler, state);
 /// ```
+///
+/// **State.** With `state`, the plugin type must also derive `serde::Serialize` and
+/// `serde::Deserialize`. When the host unloads the idle plugin or swaps in a new version, the
+/// plugin is serialized (JSON; fields marked `#[serde(skip)]` are not kept); the next instance is
+/// deserialized from it instead of made with [`Default`], and then [`Plugin::init`] runs on it with
+/// the current config. A new version reads its predecessor's state with its own type: give added
+/// fields `#[serde(default)]`, renamed ones `#[serde(alias = "old")]`; [`restored_from`] says which
+/// version saved it. A state that does not deserialize fails the restore: the host reports it and
+/// starts the plugin from [`Default`].
 #[macro_export]
 #[rustfmt::skip] // rustfmt indents the nested bindings macro call differently on every run
 macro_rules! export {
@@ -131,12 +166,45 @@ macro_rules! export {
             $crate::bindings::__export_plugin_bindings!(Export with_types_in $crate::bindings);
         };
     };
+    ($plugin:ty, state) => {
+        const _: () = {
+            struct Export;
+            $crate::__handler_export!($plugin, Export, STATE);
+            $crate::__state_export!($plugin, Export, STATE);
+            $crate::bindings::__export_plugin_bindings!(Export with_types_in $crate::bindings);
+            $crate::state_bindings::__export_state_bindings!(Export with_types_in $crate::state_bindings);
+        };
+    };
+    ($plugin:ty, reconciler, state) => {
+        const _: () = {
+            struct Export;
+            $crate::__handler_export!($plugin, Export, STATE);
+            $crate::__reconciler_export!($plugin, Export, STATE);
+            $crate::__state_export!($plugin, Export, STATE);
+            $crate::bindings::__export_plugin_bindings!(Export with_types_in $crate::bindings);
+            $crate::reconciler_bindings::__export_reconciler_bindings!(Export with_types_in $crate::reconciler_bindings);
+            $crate::state_bindings::__export_state_bindings!(Export with_types_in $crate::state_bindings);
+        };
+    };
     ($plugin:ty, reconciler) => {
         const _: () = {
             struct Export;
             $crate::__handler_export!($plugin, Export, STATE);
+            $crate::__reconciler_export!($plugin, Export, STATE);
+            $crate::bindings::__export_plugin_bindings!(Export with_types_in $crate::bindings);
+            $crate::reconciler_bindings::__export_reconciler_bindings!(Export with_types_in $crate::reconciler_bindings);
+        };
+    };
+}
 
-            impl $crate::reconciler_bindings::exports::wasmformer::plugin::reconciler::Guest for Export {
+/// The `reconciler` export of [`export!`]; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+#[rustfmt::skip]
+macro_rules! __reconciler_export {
+    ($plugin:ty, $export:ident, $state:ident) => {
+
+            impl $crate::reconciler_bindings::exports::wasmformer::plugin::reconciler::Guest for $export {
                 fn reconcile(
                     key: $crate::reconciler_bindings::exports::wasmformer::plugin::reconciler::ObjectRef,
                 ) -> ::core::result::Result<
@@ -144,7 +212,7 @@ macro_rules! export {
                     $crate::reconciler_bindings::exports::wasmformer::plugin::reconciler::ReconcileError,
                 > {
                     let key = $crate::ObjectRef { kind: key.kind, namespace: key.namespace, name: key.name };
-                    match $crate::__private::reconcile(&STATE, &key) {
+                    match $crate::__private::reconcile(&$state, &key) {
                         ::core::result::Result::Ok(after) => ::core::result::Result::Ok(
                             $crate::reconciler_bindings::exports::wasmformer::plugin::reconciler::ReconcileResult {
                                 requeue_after: after,
@@ -159,10 +227,26 @@ macro_rules! export {
                     }
                 }
             }
+    };
+}
 
-            $crate::bindings::__export_plugin_bindings!(Export with_types_in $crate::bindings);
-            $crate::reconciler_bindings::__export_reconciler_bindings!(Export with_types_in $crate::reconciler_bindings);
-        };
+/// The `state` export of [`export!`]; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+#[rustfmt::skip]
+macro_rules! __state_export {
+    ($plugin:ty, $export:ident, $state:ident) => {
+        impl $crate::state_bindings::exports::wasmformer::plugin::state::Guest for $export {
+            fn save_state() -> ::std::vec::Vec<u8> {
+                $crate::__private::save_state(&$state)
+            }
+            fn restore_state(
+                state: ::std::vec::Vec<u8>,
+                from_version: ::std::string::String,
+            ) -> ::core::result::Result<(), ::std::string::String> {
+                $crate::__private::restore_state(&$state, &state, from_version)
+            }
+        }
     };
 }
 
@@ -215,15 +299,48 @@ pub mod __private {
 
     type State<P> = LocalKey<RefCell<Option<P>>>;
 
+    std::thread_local! {
+        /// The version whose state this instance restored.
+        pub static RESTORED_FROM: RefCell<Option<String>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `init` on the restored plugin, or on a [`Default`] one.
     pub fn init<P: Plugin>(state: &'static State<P>, config: &str) -> Result<(), String> {
         let config = if config.trim().is_empty() {
             serde_json::Value::Object(Default::default())
         } else {
             serde_json::from_str(config).map_err(|e| format!("plugin config is not JSON: {e}"))?
         };
-        let mut plugin = P::default();
+        let mut plugin = state.with(|s| s.borrow_mut().take()).unwrap_or_default();
         plugin.init(config).map_err(|e| e.to_string())?;
         state.with(|s| *s.borrow_mut() = Some(plugin));
+        Ok(())
+    }
+
+    /// The plugin as JSON (empty before `init`: nothing to keep).
+    pub fn save_state<P: Plugin + serde::Serialize>(state: &'static State<P>) -> Vec<u8> {
+        state.with(|s| match s.borrow().as_ref() {
+            Some(plugin) => {
+                serde_json::to_vec(plugin).expect("the plugin's state serializes to JSON")
+            }
+            None => Vec::new(),
+        })
+    }
+
+    /// Deserializes the plugin from `bytes`; `init` then runs on it.
+    pub fn restore_state<P: Plugin + serde::de::DeserializeOwned>(
+        state: &'static State<P>,
+        bytes: &[u8],
+        from_version: String,
+    ) -> Result<(), String> {
+        let plugin: P = serde_json::from_slice(bytes).map_err(|e| {
+            format!(
+                "the saved state does not read as {}: {e}",
+                std::any::type_name::<P>()
+            )
+        })?;
+        state.with(|s| *s.borrow_mut() = Some(plugin));
+        RESTORED_FROM.with(|from| *from.borrow_mut() = Some(from_version));
         Ok(())
     }
 

@@ -287,7 +287,10 @@ fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
 fn inspect_shows_the_contract_version() {
     let out = wasmformer(&["inspect", guests::POD_LOGGER]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.3.1"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!(
+        "contract: wasmformer:plugin@{}",
+        wasmformer::plugin::CONTRACT_VERSION
+    )));
     let out = wasmformer(&["inspect", guests::FUTURE_CONTRACT]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("contract: wasmformer:plugin@0.4.0"));
 }
@@ -540,7 +543,12 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("synced", "bool"),
         ("writes", "object"),
         ("workQueue", "object"),
+        ("instance", "string"),
+        ("activations", "number"),
+        ("savedStateBytes", "null"),
+        ("lastStateError", "null"),
     ];
+    assert_eq!(running["instance"], "loaded", "{running}");
     let sorted = |mut v: Vec<(String, &'static str)>| {
         v.sort();
         v
@@ -599,6 +607,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
             .contains("nowhere.wasm"),
         "{broken}"
     );
+    assert_eq!(broken["instance"], "none", "{broken}");
     let pods = status["informers"]
         .as_array()
         .unwrap()
@@ -653,6 +662,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
     let header = lines[0];
     for (column, right) in [
         ("VERSION", false),
+        ("INSTANCE", false),
         ("SWAPS", true),
         ("CALLS", true),
         ("FAILED", true),

@@ -64,7 +64,10 @@ fn a_plugin_exporting_reconciler_is_a_controller_and_reconciles_a_key_from_the_c
         vec![configmap("a", 7)],
     );
     assert!(instance.reconciles());
-    assert_eq!(instance.plugin().contract(), "0.3.1");
+    assert_eq!(
+        instance.plugin().contract(),
+        wasmformer::plugin::CONTRACT_VERSION
+    );
     let requeue = instance.reconcile(&cm_kind(), "ns", "a").unwrap();
     assert_eq!(requeue, Some(std::time::Duration::from_millis(1500)));
     let requeue = instance.reconcile(&cm_kind(), "ns", "gone").unwrap();

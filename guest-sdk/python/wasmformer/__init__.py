@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The contract version this SDK builds plugins for (the WIT package version).
-CONTRACT_VERSION = "0.3.1"
+CONTRACT_VERSION = "0.3.2"
 
 #: A kind of object: `group` (empty for the core group), `version`, `kind`.
 Gvk = _types.Gvk

@@ -81,6 +81,10 @@ fn plugin_table(status: &serde_json::Value) -> String {
                     .and_then(|v| v.get(..12))
                     .unwrap_or("-")
                     .to_owned(),
+                match p["instance"].as_str() {
+                    Some(state @ ("loaded" | "unloaded")) => state.to_owned(),
+                    _ => "-".to_owned(),
+                },
                 number(&p["swaps"]),
                 number(&p["calls"]),
                 number(&p["failures"]),
@@ -88,6 +92,7 @@ fn plugin_table(status: &serde_json::Value) -> String {
                 writes(&p["writes"]),
                 if p["synced"] == true { "yes" } else { "no" }.to_owned(),
                 error("lastSwapError")
+                    .or_else(|| error("lastStateError"))
                     .or_else(|| error("lastError"))
                     .unwrap_or_default(),
             ]
@@ -96,6 +101,7 @@ fn plugin_table(status: &serde_json::Value) -> String {
     let headers = [
         "PLUGIN",
         "VERSION",
+        "INSTANCE",
         "SWAPS",
         "CALLS",
         "FAILED",
@@ -105,7 +111,9 @@ fn plugin_table(status: &serde_json::Value) -> String {
         "LAST ERROR",
     ];
     // Counters are right-aligned; the last column is not padded.
-    let right = [false, false, true, true, true, true, true, false, false];
+    let right = [
+        false, false, false, true, true, true, true, true, false, false,
+    ];
     let widths: Vec<usize> = (0..headers.len())
         .map(|c| {
             rows.iter()
@@ -177,7 +185,7 @@ mod tests {
              "failures": 0, "queueDepth": 0, "synced": true,
              "writes": {"ok": 7, "refusedByGrant": 2, "forbiddenByServer": 1, "failed": 1}},
             {"name": "reader", "version": "fedcba9876543210", "swaps": 0, "calls": 9,
-             "failures": 0, "queueDepth": 0, "synced": true,
+             "failures": 0, "queueDepth": 0, "synced": true, "instance": "unloaded",
              "writes": {"ok": 0, "refusedByGrant": 0, "forbiddenByServer": 0, "failed": 0}},
         ]});
         let table = plugin_table(&status);
@@ -189,5 +197,13 @@ mod tests {
         };
         assert_eq!(cell("writer"), "7/11", "{table}");
         assert_eq!(cell("reader"), "-", "{table}");
+        let header = table.lines().next().unwrap();
+        let at = header.find("INSTANCE").unwrap();
+        let instance = |row: &str| {
+            let line = table.lines().find(|l| l.starts_with(row)).unwrap();
+            line[at..].split_whitespace().next().unwrap().to_owned()
+        };
+        assert_eq!(instance("reader"), "unloaded", "{table}");
+        assert_eq!(instance("writer"), "-", "{table}");
     }
 }

@@ -23,6 +23,7 @@ pub const WIT: &[(&str, &str)] = &[
         include_str!("../../../wit/reconciler.wit"),
     ),
     ("retry.wit", include_str!("../../../wit/retry.wit")),
+    ("state.wit", include_str!("../../../wit/state.wit")),
     ("types.wit", include_str!("../../../wit/types.wit")),
     ("world.wit", include_str!("../../../wit/world.wit")),
     ("writer.wit", include_str!("../../../wit/writer.wit")),
@@ -289,4 +290,22 @@ pub fn run_command(args: ToolchainArgs) -> anyhow::Result<std::process::ExitCode
         println!("{:<16} {}", tool.name(), toolchain.dir.display());
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A `.wit` file added to `wit/` but not staged breaks every Python and JavaScript build
+    /// ("interface or world `state` does not exist").
+    #[test]
+    fn every_contract_file_is_staged_for_python_and_javascript_builds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".wit"))
+            .collect();
+        files.sort();
+        let staged: Vec<&str> = super::WIT.iter().map(|(name, _)| *name).collect();
+        assert_eq!(files, staged);
+    }
 }

@@ -30,6 +30,9 @@ pub struct Limits {
     /// (`writeTimeout: 10s`).
     #[serde(with = "humantime_serde")]
     pub write_timeout: Duration,
+    /// The largest state a plugin that exports `state` may keep across unloading and hot swap,
+    /// in bytes (`stateBytes: 16777216`, 16 MiB); a larger one is refused and reported.
+    pub state_bytes: usize,
 }
 
 impl Default for Limits {
@@ -43,6 +46,7 @@ impl Default for Limits {
             write_qps: 20,
             write_burst: 50,
             write_timeout: Duration::from_secs(10),
+            state_bytes: 16 << 20,
         }
     }
 }

@@ -16,8 +16,8 @@ pub use leader::{LeaderElection, LeaseScope, MEMBER_LABEL};
 pub use limits::Limits;
 pub use locate::{Locations, Position};
 pub use model::{
-    BackoffConfig, ClusterConfig, HostSettings, IndexConfig, KindRef, PluginConfig, PluginName,
-    ReconcileConfig, ResourceRef, SwapMode, WatchConfig, WriteGrant, WriteVerb,
+    BackoffConfig, ClusterConfig, HostSettings, IndexConfig, KindRef, Lifecycle, PluginConfig,
+    PluginName, ReconcileConfig, ResourceRef, SwapMode, WatchConfig, WriteGrant, WriteVerb,
 };
 pub use validate::{ConfigError, Problem};
 

@@ -59,6 +59,9 @@ pub struct HostSettings {
     /// `leaderElection: {enabled: true}` — elect one replica to call handlers (see
     /// [`LeaderElection`]). Read at start.
     pub leader_election: LeaderElection,
+    /// `lifecycle: {unloadAfter: 30s}` — the lifecycle of plugins that set none (see
+    /// [`Lifecycle`]); off by default.
+    pub lifecycle: Lifecycle,
     /// `maxInstances: 1000` — plugin instances that may be live at once: the size of the
     /// instance pool (each running plugin holds one, a hot swap briefly two; each reserves about
     /// 4 GiB of address space, not memory). Read at start.
@@ -78,9 +81,23 @@ impl Default for HostSettings {
             insecure_registries: Vec::new(),
             registry_auth: None,
             leader_election: LeaderElection::default(),
+            lifecycle: Lifecycle::default(),
             max_instances: 1000,
         }
     }
+}
+
+/// `lifecycle:` — when a plugin's instance is dropped while idle. Its informers, its queue and
+/// its work queue stay; the next event (or due key, or resync) creates an instance again before
+/// it is delivered. A plugin that exports `state` (contract 0.3.2) gets back what it saved; any
+/// other starts over with `init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Lifecycle {
+    /// `unloadAfter: 30s` — drop the instance after this long with no event delivered and no
+    /// key of its work queue due within as long; `0s` (the default): never.
+    #[serde(with = "humantime_serde")]
+    pub unload_after: Duration,
 }
 
 /// A plugin's name: lowercase letters, digits and `-`, at most 63 characters.
@@ -326,6 +343,10 @@ pub struct PluginConfig {
     /// coalesced (first old, last new); adds and deletes never are.
     #[serde(default = "default_max_queued_events")]
     pub max_queued_events: usize,
+    /// `lifecycle: {unloadAfter: 30s}` — unload the plugin's instance while it is idle (see
+    /// [`Lifecycle`]). Default: `host.lifecycle`.
+    #[serde(default)]
+    pub lifecycle: Option<Lifecycle>,
     /// `onSwap: live` — what a new version receives first when it is swapped in: `live` (the
     /// events after the swap; the default) or `snapshot` (the current cache as initial adds, to
     /// rebuild in-memory state, then the events after it).

@@ -16,7 +16,7 @@ pub use gate::{Gate, Terms};
 pub use queue::{EventQueue, Popped, SubscriptionId, SubscriptionSink};
 pub use reconcile::{FailingKey, KeyMap, ReconcileWiring, RelatedKind, WorkQueueReport};
 pub(crate) use status::rfc3339;
-pub use status::{PluginStatus, StatusReport, TimedError};
+pub use status::{InstanceState, PluginStatus, StatusReport, TimedError};
 pub use worker::{HandledKind, PluginWorker};
 
 /// What a new version receives first when it is swapped in; a config type, used here.
@@ -52,7 +52,7 @@ impl DispatchedPlugin {
     ///
     /// `previous` is the version this one replaces with other subscriptions (a re-subscription):
     /// the new worker first stops it (it delivers what it has queued within `stop_timeout`, see
-    /// [`DispatchedPlugin::stop`]) and only then delivers, so at most one version of a plugin
+    /// [`DispatchedPlugin::stop`]), takes its state (the `state` export), and only then delivers, so at most one version of a plugin
     /// handles events at any instant. The worker calls handlers only while `gate` is open. The new
     /// subscriptions are in place before the old ones are dropped: informers both use keep
     /// running, and the new queue misses nothing meanwhile.
@@ -64,6 +64,7 @@ impl DispatchedPlugin {
         instance: PluginInstance,
         max_queued: usize,
         resync: Option<Duration>,
+        unload_after: Option<Duration>,
         handled: Vec<HandledKind>,
         listers: Vec<Lister>,
         previous: Option<(DispatchedPlugin, Duration)>,
@@ -77,6 +78,8 @@ impl DispatchedPlugin {
         status.loaded(instance.plugin().digest());
         metrics.running(instance.plugin().digest(), instance.plugin().contract());
         status.contract(instance.plugin().contract());
+        status.instance(true, None);
+        metrics.loaded(true);
         // Handled kinds first, then `reconcile.owns`/`watches` kinds (the worker tells them
         // apart by their subscription id).
         let subscriptions = handled
@@ -91,8 +94,14 @@ impl DispatchedPlugin {
                 }))
             })
             .collect();
-        let before = previous.map(|(previous, timeout)| -> Box<dyn FnOnce() + Send> {
-            Box::new(move || previous.stop(timeout))
+        let before = previous.map(|(previous, timeout)| -> worker::Before {
+            Box::new(move || {
+                let mut old = previous.stop(timeout)?;
+                old.take_state()
+                    .inspect_err(|error| tracing::warn!(error = %error, "plugin state not kept"))
+                    .ok()
+                    .flatten()
+            })
         });
         let worker = PluginWorker::start(
             instance,
@@ -100,6 +109,7 @@ impl DispatchedPlugin {
             handled,
             status.clone(),
             resync,
+            unload_after,
             before,
             metrics.clone(),
             gate,
@@ -148,10 +158,12 @@ impl DispatchedPlugin {
         self.metrics.swapped(false);
     }
 
-    /// Unsubscribes, then delivers what is queued within `timeout` and stops the worker.
-    pub fn stop(self, timeout: Duration) {
+    /// Unsubscribes, then delivers what is queued within `timeout` and stops the worker; returns
+    /// its instance (for its state), `None` if the worker panicked.
+    pub fn stop(self, timeout: Duration) -> Option<PluginInstance> {
         drop(self.subscriptions);
-        self.worker.stop(timeout);
+        let instance = self.worker.stop(timeout);
         drop(self.listers);
+        instance
     }
 }

@@ -16,6 +16,8 @@ pub struct PluginStatus {
     failures: AtomicU64,
     swaps: AtomicU64,
     synced: AtomicBool,
+    unloaded: AtomicBool,
+    activations: AtomicU64,
     details: Mutex<Details>,
     /// The worker's copy of its work queue's counts.
     pub(crate) work_queue: std::sync::Arc<Mutex<WorkQueueReport>>,
@@ -28,6 +30,23 @@ struct Details {
     loaded_at: Option<SystemTime>,
     last_error: Option<(SystemTime, String)>,
     last_swap_error: Option<(SystemTime, String)>,
+    saved_state_bytes: Option<usize>,
+    last_state_error: Option<(SystemTime, String)>,
+}
+
+/// Whether a plugin's wasmtime instance is live: `"loaded"`, `"unloaded"` (dropped while idle,
+/// `lifecycle.unloadAfter`; the next event creates it again), or `"none"` (the plugin is not
+/// running here: it failed to start, or another replica leads it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstanceState {
+    /// Live.
+    Loaded,
+    /// Dropped while idle.
+    Unloaded,
+    /// Not running here.
+    #[default]
+    None,
 }
 
 /// A failure and when it happened: `{"at": "2026-11-30T10:00:00Z", "message": "…"}`.
@@ -82,6 +101,15 @@ pub struct StatusReport {
     pub writes: WriteTally,
     /// Its work queue: keys to reconcile and failed events to retry.
     pub work_queue: WorkQueueReport,
+    /// Whether its instance is loaded.
+    pub instance: InstanceState,
+    /// How many times an instance was created again after it was unloaded for being idle.
+    pub activations: u64,
+    /// The size of the state kept for its next instance while it is unloaded (plugins that
+    /// export `state`).
+    pub saved_state_bytes: Option<usize>,
+    /// The last failure to save or restore its state.
+    pub last_state_error: Option<TimedError>,
 }
 
 /// `2026-11-30T10:00:00Z`.
@@ -119,6 +147,21 @@ impl PluginStatus {
             self.failures.fetch_add(1, Ordering::Relaxed);
             self.details().last_error = Some((SystemTime::now(), error));
         }
+    }
+
+    /// Its instance was unloaded, keeping `saved_bytes` of state (or none), or loaded again.
+    pub(crate) fn instance(&self, loaded: bool, saved_bytes: Option<usize>) {
+        self.unloaded.store(!loaded, Ordering::Relaxed);
+        self.details().saved_state_bytes = saved_bytes;
+    }
+
+    /// `n` more instances were created after an unload.
+    pub(crate) fn activated(&self, n: u64) {
+        self.activations.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn state_failed(&self, error: String) {
+        self.details().last_state_error = Some((SystemTime::now(), error));
     }
 
     pub(crate) fn set_synced(&self) {
@@ -175,6 +218,13 @@ impl PluginStatus {
                 .lock()
                 .expect("work queue report lock poisoned")
                 .clone(),
+            instance: match self.unloaded.load(Ordering::Relaxed) {
+                true => InstanceState::Unloaded,
+                false => InstanceState::Loaded,
+            },
+            activations: self.activations.load(Ordering::Relaxed),
+            saved_state_bytes: details.saved_state_bytes,
+            last_state_error: details.last_state_error.map(|(t, e)| TimedError::new(t, e)),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! [`PluginWorker`]: the thread that delivers one plugin's queued events to its instance, one at
 //! a time, in order; backs off a failing plugin; queues resyncs; swaps in new versions between
 //! two events; and between events runs the keys of its work queue ([`Work`]: reconciles and
-//! retried events), which a swap leaves in place for the new version.
+//! retried events), which a swap leaves in place for the new version. While the plugin is idle
+//! for `lifecycle.unloadAfter`, it unloads its instance (the next event creates it again), and
+//! it hands a plugin's state (the `state` export) from one instance or version to the next.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -16,7 +18,11 @@ use crate::config::SwapMode;
 use crate::error_chain;
 use crate::informer::Lister;
 use crate::metrics::{CallResult, PluginMetrics};
-use crate::plugin::{Backoff, CallError, PluginInstance, TrapKind};
+use crate::plugin::{Backoff, CallError, PluginInstance, SavedState, StateError, TrapKind};
+
+/// What runs on a new worker's thread before it delivers: stopping the version it replaces,
+/// which returns that version's state.
+pub(crate) type Before = Box<dyn FnOnce() -> Option<SavedState> + Send>;
 
 /// One entry of the plugin's `handles`, as the worker knows it (its position is its
 /// [`SubscriptionId`]).
@@ -42,7 +48,7 @@ pub(crate) struct PendingSwap {
 /// Runs one plugin's deliveries on a dedicated thread (wasmtime calls are synchronous).
 pub struct PluginWorker {
     name: Arc<str>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<PluginInstance>>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     queue: Arc<EventQueue>,
 }
@@ -55,6 +61,14 @@ struct Delivery {
     status: Arc<PluginStatus>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     resync: Option<Duration>,
+    /// `lifecycle.unloadAfter`, if on.
+    unload_after: Option<Duration>,
+    /// When the last call ended (or the worker started).
+    idle_since: Instant,
+    /// The instance's activations already counted.
+    activations_seen: u64,
+    /// Whether the instance was unloaded for being idle (and not loaded again since).
+    unloaded: bool,
     unsynced: Vec<bool>,
     metrics: PluginMetrics,
     /// The running version's dropped log bytes already counted.
@@ -71,7 +85,8 @@ const EVENTS_PER_KEY: usize = 1024;
 
 impl PluginWorker {
     /// Starts delivering from `queue` to `instance`, after running `before` (if any) on the
-    /// worker's thread: stopping the version this one replaces.
+    /// worker's thread: stopping the version this one replaces, whose state (if it keeps one)
+    /// `instance` restores.
     #[expect(
         clippy::too_many_arguments,
         reason = "each argument is a distinct part of the worker; a struct would only rename them"
@@ -82,7 +97,8 @@ impl PluginWorker {
         handled: Vec<HandledKind>,
         status: Arc<PluginStatus>,
         resync: Option<Duration>,
-        before: Option<Box<dyn FnOnce() + Send>>,
+        unload_after: Option<Duration>,
+        before: Option<Before>,
         metrics: PluginMetrics,
         gate: Gate,
         reconcile: ReconcileWiring,
@@ -105,6 +121,10 @@ impl PluginWorker {
             status,
             swap: swap.clone(),
             resync,
+            unload_after,
+            idle_since: Instant::now(),
+            activations_seen: 0,
+            unloaded: false,
             unsynced,
             metrics,
             log_dropped_seen: 0,
@@ -114,8 +134,9 @@ impl PluginWorker {
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
             .spawn(move || {
-                if let Some(before) = before {
-                    before();
+                let mut delivery = delivery;
+                if let Some(state) = before.and_then(|before| before()) {
+                    delivery.restore(state);
                 }
                 delivery.run()
             })
@@ -155,8 +176,9 @@ impl PluginWorker {
     }
 
     /// Closes the queue and waits up to `timeout` for what is queued to be delivered; past it,
-    /// what is left is dropped (and counted in the log).
-    pub fn stop(mut self, timeout: Duration) {
+    /// what is left is dropped (and counted in the log). Returns the instance (`None` if the
+    /// worker panicked).
+    pub fn stop(mut self, timeout: Duration) -> Option<PluginInstance> {
         self.queue.close();
         let deadline = Instant::now() + timeout;
         let thread = self.thread.take().expect("worker thread");
@@ -167,12 +189,12 @@ impl PluginWorker {
             let dropped = self.queue.abandon();
             tracing::warn!(plugin.id = %self.name, queue.dropped = dropped, "plugin queue not drained before the shutdown deadline");
         }
-        let _ = thread.join();
+        thread.join().ok()
     }
 }
 
 impl Delivery {
-    fn run(mut self) {
+    fn run(mut self) -> PluginInstance {
         let _span = tracing::info_span!("plugin", plugin.id = %self.name).entered();
         let mut backoff = Backoff::default();
         let mut next_resync = self.resync.map(|period| Instant::now() + period);
@@ -190,10 +212,10 @@ impl Delivery {
                 continue;
             }
             let resync_in = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
-            let timeout = match (resync_in, self.work.next_in()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let timeout = [resync_in, self.work.next_in(), self.unload_in()]
+                .into_iter()
+                .flatten()
+                .min();
             match self.queue.pop(timeout) {
                 Popped::Closed => break,
                 Popped::Woken => {}
@@ -207,6 +229,9 @@ impl Delivery {
                     }
                     if self.work.has_ready() && !self.run_work() {
                         break;
+                    }
+                    if self.unload_in() == Some(Duration::ZERO) {
+                        self.unload();
                     }
                 }
                 Popped::Event {
@@ -278,10 +303,12 @@ impl Delivery {
                     }));
                     self.work
                         .on_event(&self.handled, subscription, &obj, reconciles);
+                    self.after_call();
                 }
             }
         }
         tracing::info!("plugin worker stopped");
+        self.instance
     }
 
     /// Runs one ready key of the work queue, unless leadership was lost (then returns false: the
@@ -302,6 +329,7 @@ impl Delivery {
         else {
             return true;
         };
+        self.after_call();
         self.metrics
             .handler_call(what, call_result(&result), elapsed);
         self.status.called(result.err().map(|e| {
@@ -328,7 +356,14 @@ impl Delivery {
             return false;
         };
         let digest = instance.plugin().digest().to_owned();
+        let state = self.instance.take_state();
         let old = std::mem::replace(&mut self.instance, instance);
+        self.activations_seen = 0;
+        match state {
+            Ok(Some(state)) => self.restore(state),
+            Ok(None) => {}
+            Err(error) => self.state_failed(error),
+        }
         let snapshot = (mode == SwapMode::Snapshot).then(|| self.queue_snapshot());
         self.status.swapped(&digest);
         self.metrics
@@ -342,6 +377,79 @@ impl Delivery {
         );
         let _ = done.send(snapshot);
         true
+    }
+
+    /// Starts the instance over from `state` (its predecessor's): restore, then `init`.
+    fn restore(&mut self, state: SavedState) {
+        let bytes = state.bytes.len();
+        match self.instance.restore(state) {
+            Ok(()) => tracing::info!(state.bytes = bytes, "plugin state restored"),
+            Err(error) => {
+                tracing::warn!(error = %error_chain(&error), "plugin could not start after its state was restored; the next event tries init again")
+            }
+        }
+        self.after_call();
+    }
+
+    /// How long until the idle instance is unloaded (`Some(ZERO)`: now); `None` while it is not
+    /// loaded, or unloading is off, or a key of its work queue is due within `unloadAfter`.
+    fn unload_in(&mut self) -> Option<Duration> {
+        let after = self.unload_after?;
+        if !self.instance.is_loaded() || self.work.next_in().is_some_and(|next| next < after) {
+            return None;
+        }
+        Some((self.idle_since + after).saturating_duration_since(Instant::now()))
+    }
+
+    /// Unloads the idle instance, keeping its state; a refused state keeps it loaded until it
+    /// has been idle another `unloadAfter`.
+    fn unload(&mut self) {
+        let idle = self.idle_since.elapsed();
+        match self.instance.unload() {
+            Ok(()) => {
+                let kept = self.instance.saved_state_bytes();
+                tracing::info!(
+                    idleMs = idle.as_millis() as u64,
+                    state.bytes = kept.unwrap_or(0),
+                    "plugin unloaded while idle"
+                );
+                self.status.instance(false, kept);
+                self.metrics.loaded(false);
+                self.unloaded = true;
+            }
+            Err(error) => {
+                // Too large a state keeps the instance; a trap lost it (and its state).
+                self.state_failed(error);
+                self.idle_since = Instant::now();
+            }
+        }
+    }
+
+    /// After a call: the idle clock restarts; an instance created again is counted; a failed
+    /// restore is reported.
+    fn after_call(&mut self) {
+        self.idle_since = Instant::now();
+        let activations = self.instance.activations();
+        if activations > self.activations_seen {
+            let new = activations - self.activations_seen;
+            self.activations_seen = activations;
+            self.status.activated(new);
+            self.metrics.activated(new);
+            tracing::debug!(activations, "plugin loaded again for an event");
+        }
+        if std::mem::take(&mut self.unloaded) {
+            self.status.instance(true, None);
+            self.metrics.loaded(true);
+        }
+        if let Some(error) = self.instance.take_state_error() {
+            self.state_failed(error);
+        }
+    }
+
+    /// Reports a state that could not be saved or restored (the plugin keeps running).
+    fn state_failed(&self, error: StateError) {
+        tracing::warn!(error = %error, "plugin state not kept");
+        self.status.state_failed(error.to_string());
     }
 
     /// Replaces each subscription's queued events with a snapshot of its informer's store as
@@ -542,6 +650,106 @@ mod tests {
         );
     }
 
+    /// Issue 16: with `unloadAfter` shorter than the gaps between events, the worker unloads
+    /// the idle plugin again and again while events keep arriving (some during an unload, some
+    /// just after); each is delivered once, in order, and the plugin's state (a count) survives
+    /// every unload.
+    #[test]
+    fn events_around_idle_unloads_are_delivered_once_in_order_with_the_state_kept() {
+        let engine = crate::plugin::PluginEngine::new(None).unwrap();
+        let loaded = crate::plugin::LoadedPlugin::load(
+            &engine,
+            "counter",
+            wasmformer_tests::guests::COUNTER.as_ref(),
+        )
+        .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::<Value>::new()));
+        let seen = lines.clone();
+        let observer = Arc::new(move |line: &crate::plugin::LogLine| {
+            if let Ok(line) = serde_json::from_str::<Value>(&line.message)
+                && line["count"].is_u64()
+            {
+                seen.lock().unwrap().push(line);
+            }
+        });
+        let instance = PluginInstance::start(
+            loaded,
+            crate::plugin::Limits::default(),
+            crate::plugin::Grants::none(),
+            &json!({}),
+            Some(observer),
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _entered = runtime.enter();
+        let key = InformerKey::new(
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            true,
+        );
+        let informer = Informer::from_stream(
+            key,
+            StoreOptions::default(),
+            futures::stream::pending().boxed(),
+        )
+        .unwrap();
+        let handled = vec![HandledKind {
+            gvk: informer.key().gvk(),
+            lister: informer.lister(),
+        }];
+        let queue = EventQueue::new(1000);
+        let status = Arc::new(PluginStatus::default());
+        let worker = PluginWorker::start(
+            instance,
+            queue.clone(),
+            handled,
+            status.clone(),
+            None,
+            Some(Duration::from_millis(3)),
+            None,
+            crate::metrics::Metrics::new().plugin("counter"),
+            crate::dispatch::Gate::always(),
+            ReconcileWiring::default(),
+        );
+        const EVENTS: u64 = 150;
+        for rv in 1..=EVENTS {
+            let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
+            queue.push(
+                0,
+                Event::Add {
+                    obj,
+                    initial: false,
+                },
+            );
+            // 0 to 6 ms: around the 3 ms after which the idle plugin is unloaded.
+            std::thread::sleep(Duration::from_micros((rv * 977) % 6000));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lines.lock().unwrap().len() < EVENTS as usize && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let instance = worker.stop(Duration::from_secs(5)).unwrap();
+        let report = status.report("counter", 0);
+        let delivered: Vec<(u64, String)> = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["count"].as_u64().unwrap(),
+                    e["resourceVersion"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let expected: Vec<(u64, String)> = (1..=EVENTS).map(|rv| (rv, rv.to_string())).collect();
+        assert_eq!(delivered, expected);
+        assert!(
+            instance.activations() >= 10,
+            "the plugin was unloaded and loaded again: {} activations",
+            instance.activations()
+        );
+        assert_eq!(report.activations, instance.activations());
+    }
+
     /// Writes formatted log records into a shared buffer.
     #[derive(Clone, Default)]
     struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -611,6 +819,7 @@ mod tests {
             Arc::default(),
             None,
             None,
+            None,
             crate::metrics::Metrics::new().plugin("slow-rec"),
             crate::dispatch::Gate::always(),
             ReconcileWiring::default(),
@@ -623,7 +832,9 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, || worker.stop(Duration::from_millis(50)));
+        tracing::subscriber::with_default(subscriber, || {
+            worker.stop(Duration::from_millis(50));
+        });
         let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         let warning = logged
             .lines()

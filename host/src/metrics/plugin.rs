@@ -97,6 +97,8 @@ pub(super) struct Families {
     swaps: Family<SwapLabels, Counter>,
     info: Family<InfoLabels, Gauge>,
     log_dropped: Family<PluginLabel, Counter>,
+    loaded: Family<PluginLabel, Gauge>,
+    activations: Family<PluginLabel, Counter>,
     /// Each plugin's running (version, contract), shared by every handle of that name, so a
     /// plugin started again (re-subscribed) moves its one `wasmformer_plugin_info` series.
     versions: Mutex<BTreeMap<String, RunningVersion>>,
@@ -114,6 +116,8 @@ impl Families {
             swaps: Family::default(),
             info: Family::default(),
             log_dropped: Family::default(),
+            loaded: Family::default(),
+            activations: Family::default(),
             versions: Mutex::default(),
         };
         registry.register(
@@ -145,6 +149,16 @@ impl Families {
             "wasmformer_plugin_log_dropped_bytes",
             "Plugin log and stdout/stderr bytes dropped over the per-call budget",
             families.log_dropped.clone(),
+        );
+        registry.register(
+            "wasmformer_plugin_loaded",
+            "1 while a plugin's instance is loaded, 0 while it is unloaded for being idle (lifecycle.unloadAfter)",
+            families.loaded.clone(),
+        );
+        registry.register(
+            "wasmformer_plugin_activations",
+            "Instances created again for an event after the plugin was unloaded for being idle",
+            families.activations.clone(),
         );
         families
     }
@@ -245,6 +259,28 @@ impl PluginMetrics {
                     plugin: self.name.clone(),
                 })
                 .inc_by(bytes);
+        }
+    }
+
+    /// Its instance is now loaded (`true`) or unloaded for being idle.
+    pub fn loaded(&self, loaded: bool) {
+        self.families
+            .loaded
+            .get_or_create(&PluginLabel {
+                plugin: self.name.clone(),
+            })
+            .set(i64::from(loaded));
+    }
+
+    /// Counts `n` instances created again after the plugin was unloaded.
+    pub fn activated(&self, n: u64) {
+        if n > 0 {
+            self.families
+                .activations
+                .get_or_create(&PluginLabel {
+                    plugin: self.name.clone(),
+                })
+                .inc_by(n);
         }
     }
 

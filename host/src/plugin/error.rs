@@ -206,6 +206,47 @@ pub enum CallError {
     InstancePoolExhausted(#[source] wasmtime::Error),
 }
 
+/// Why a plugin's state (the `state` export, contract 0.3.2) could not be kept or put back. The
+/// plugin keeps running either way.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// `save-state` returned more than `limits.stateBytes`: the plugin is not unloaded (a hot
+    /// swap's new version starts with `init` alone).
+    #[error(
+        "plugin {plugin:?}: save-state returned {size} bytes, over its limits.stateBytes ({limit}); the state is not kept"
+    )]
+    TooLarge {
+        /// The plugin.
+        plugin: String,
+        /// How many bytes it returned.
+        size: usize,
+        /// Its `limits.stateBytes`.
+        limit: usize,
+    },
+    /// `save-state` trapped: the instance and its state are gone.
+    #[error("plugin {plugin:?}: save-state failed, its state is lost: {cause}")]
+    Save {
+        /// The plugin.
+        plugin: String,
+        /// The trap, on one line.
+        cause: String,
+    },
+    /// `restore-state` returned an error or trapped: the plugin started over with `init` alone.
+    #[error(
+        "plugin {plugin:?}: restore-state of {size} bytes from version {from} failed, started with init alone: {cause}"
+    )]
+    Restore {
+        /// The plugin.
+        plugin: String,
+        /// The state's size.
+        size: usize,
+        /// The version that saved it (12 hex digits).
+        from: String,
+        /// What the plugin said, or the trap, on one line.
+        cause: String,
+    },
+}
+
 impl CallError {
     /// Whether the key or event is retried after a backoff: a handler or reconcile that asked
     /// for it, and a reconcile that trapped (as controller-runtime retries a reconciler's panic).

@@ -1,5 +1,8 @@
 //! [`PluginInstance`]: the long-lived instance of one plugin version that events are delivered
-//! to, one call at a time, each under the plugin's deadline, memory and log limits.
+//! to, one call at a time, each under the plugin's deadline, memory and log limits. Its wasmtime
+//! instance may be dropped while idle ([`PluginInstance::unload`]) and is created again for the
+//! next call; a plugin that exports `state` (0.3.2) keeps its state across that and across a hot
+//! swap ([`SavedState`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,8 +12,18 @@ use wasmtime::Store;
 use super::engine::EPOCH_TICK;
 use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
 use super::world::Bindings as PluginBindings;
-use super::{CallError, Limits, LoadedPlugin, TrapKind};
+use super::{CallError, Limits, LoadedPlugin, StateError, TrapKind};
 use crate::cache::{Event, Gvk};
+use crate::error_chain;
+
+/// What a plugin's `save-state` returned, kept by the host for its next instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedState {
+    /// The bytes (never empty: an empty state is nothing to keep).
+    pub bytes: Vec<u8>,
+    /// The version (digest) of the instance that saved them.
+    pub version: String,
+}
 
 /// A running plugin: its wasmtime store and instance, recreated after a trap.
 pub struct PluginInstance {
@@ -24,6 +37,14 @@ pub struct PluginInstance {
     calls: u64,
     failures: u64,
     instantiations: u64,
+    /// State for the next instance to restore.
+    saved: Option<SavedState>,
+    /// Whether the instance was dropped by [`PluginInstance::unload`] (not by a trap).
+    unloaded: bool,
+    /// Instances created after an unload.
+    activations: u64,
+    /// A restore that failed while creating an instance, not yet reported.
+    state_error: Option<StateError>,
 }
 
 struct Live {
@@ -57,6 +78,10 @@ impl PluginInstance {
             calls: 0,
             failures: 0,
             instantiations: 0,
+            saved: None,
+            unloaded: false,
+            activations: 0,
+            state_error: None,
         };
         instance.ensure_live()?;
         Ok(instance)
@@ -88,6 +113,93 @@ impl PluginInstance {
     /// How many times an instance was created (1 + recreations after traps).
     pub fn instantiations(&self) -> u64 {
         self.instantiations
+    }
+
+    /// Whether a wasmtime instance is live (not unloaded, not discarded after a trap).
+    pub fn is_loaded(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// How many times an instance was created again after [`PluginInstance::unload`].
+    pub fn activations(&self) -> u64 {
+        self.activations
+    }
+
+    /// The size of the state kept for the next instance, if any.
+    pub fn saved_state_bytes(&self) -> Option<usize> {
+        self.saved.as_ref().map(|s| s.bytes.len())
+    }
+
+    /// A failed `restore-state` while an instance was created, once.
+    pub fn take_state_error(&mut self) -> Option<StateError> {
+        self.state_error.take()
+    }
+
+    /// Drops the wasmtime instance (its memory goes back to the pool and the OS), after saving
+    /// its state if it exports `state`; the next call creates an instance again, which restores
+    /// that state before `init`. A state over `limits.stateBytes` is refused: the instance stays.
+    /// A `save-state` that traps loses the instance and its state (reported).
+    pub fn unload(&mut self) -> Result<(), StateError> {
+        if self.live.is_none() {
+            return Ok(());
+        }
+        let saved = self.save();
+        // A trap in `save-state` already dropped the instance; too large a state keeps it.
+        if matches!(saved, Err(StateError::TooLarge { .. })) {
+            return saved.map(drop);
+        }
+        self.live = None;
+        self.unloaded = true;
+        self.saved = saved?;
+        Ok(())
+    }
+
+    /// The state to hand to a new version: saved now if the instance is live, else what was
+    /// saved when it was unloaded.
+    pub fn take_state(&mut self) -> Result<Option<SavedState>, StateError> {
+        match self.live.is_some() {
+            true => self.save(),
+            false => Ok(self.saved.take()),
+        }
+    }
+
+    /// Starts this (new) version over from `state`, its predecessor's: a fresh instance restores
+    /// it, then runs `init`. A plugin that does not export `state` keeps its instance as it is.
+    pub fn restore(&mut self, state: SavedState) -> Result<(), CallError> {
+        if !self.plugin.keeps_state() {
+            return Ok(());
+        }
+        self.live = None;
+        self.saved = Some(state);
+        self.ensure_live()
+    }
+
+    /// Calls `save-state` on the live instance; `None`: the plugin keeps no state.
+    fn save(&mut self) -> Result<Option<SavedState>, StateError> {
+        if !self.plugin.keeps_state() || self.live.is_none() {
+            return Ok(None);
+        }
+        let bytes = self
+            .call(|bindings, store| {
+                bindings
+                    .call_save_state(store)
+                    .unwrap_or_else(|| Ok(Vec::new()))
+            })
+            .map_err(|error| StateError::Save {
+                plugin: self.name.to_string(),
+                cause: error_chain(&error),
+            })?;
+        if bytes.len() > self.limits.state_bytes {
+            return Err(StateError::TooLarge {
+                plugin: self.name.to_string(),
+                size: bytes.len(),
+                limit: self.limits.state_bytes,
+            });
+        }
+        Ok((!bytes.is_empty()).then(|| SavedState {
+            bytes,
+            version: self.plugin.digest().to_owned(),
+        }))
     }
 
     /// Delivers `event` about an object of kind `gvk`. On a trap the instance is discarded; the
@@ -145,11 +257,62 @@ impl PluginInstance {
         result
     }
 
-    /// Makes sure a live, initialised instance exists.
+    /// Makes sure a live, initialised instance exists: creates one, restores the saved state
+    /// into it (if any; a failed restore is kept for [`PluginInstance::take_state_error`] and a
+    /// fresh instance replaces it), then calls `init`.
     fn ensure_live(&mut self) -> Result<(), CallError> {
         if self.live.is_some() {
             return Ok(());
         }
+        if std::mem::take(&mut self.unloaded) {
+            self.activations += 1;
+        }
+        self.instantiate()?;
+        if let Some(saved) = self.saved.take()
+            && let Err(cause) = self.restore_saved(&saved)
+        {
+            self.state_error = Some(StateError::Restore {
+                plugin: self.name.to_string(),
+                size: saved.bytes.len(),
+                from: saved.version.chars().take(12).collect(),
+                cause,
+            });
+            self.live = None;
+            self.instantiate()?;
+        }
+        let config = self.config.clone();
+        let init = self.call(|bindings, store| {
+            store.data_mut().in_init = true;
+            let result = bindings.call_init(store, &config);
+            store.data_mut().in_init = false;
+            result
+        });
+        match init {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => {
+                self.live = None;
+                Err(CallError::Init(message))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Calls `restore-state` on the fresh instance; the cause on one line if it failed.
+    fn restore_saved(&mut self, saved: &SavedState) -> Result<(), String> {
+        let result = self.call(|bindings, store| {
+            bindings
+                .call_restore_state(store, &saved.bytes, &saved.version)
+                .unwrap_or(Ok(Ok(())))
+        });
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(format!("restore-state returned an error: {message}")),
+            Err(error) => Err(error_chain(&error)),
+        }
+    }
+
+    /// Creates a fresh instance (no call into it yet).
+    fn instantiate(&mut self) -> Result<(), CallError> {
         let state = HostState::new(
             self.name.clone(),
             self.limits.memory_bytes,
@@ -182,21 +345,7 @@ impl PluginInstance {
         })?;
         self.instantiations += 1;
         self.live = Some(Live { store, bindings });
-        let config = self.config.clone();
-        let init = self.call(|bindings, store| {
-            store.data_mut().in_init = true;
-            let result = bindings.call_init(store, &config);
-            store.data_mut().in_init = false;
-            result
-        });
-        match init {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(message)) => {
-                self.live = None;
-                Err(CallError::Init(message))
-            }
-            Err(e) => Err(e),
-        }
+        Ok(())
     }
 
     /// Runs one call with the deadline armed and the log budget reset. A trap discards the

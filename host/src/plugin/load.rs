@@ -17,6 +17,9 @@ use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadEr
 const HANDLER_INTERFACE: &str = "wasmformer:plugin/handler";
 /// The interface a controller plugin exports besides (since 0.3.1; without version).
 const RECONCILER_INTERFACE: &str = "wasmformer:plugin/reconciler";
+/// The interface a plugin whose state survives unloading and hot swap exports (since 0.3.2;
+/// without version).
+const STATE_INTERFACE: &str = "wasmformer:plugin/state";
 
 /// What a component says about itself: the contract it was built for and what it imports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +28,8 @@ pub struct ContractInfo {
     pub contract_version: Option<String>,
     /// Whether it exports `reconciler` (a controller, since 0.3.1).
     pub reconciler: bool,
+    /// Whether it exports `state` (its state survives unloading and hot swap, since 0.3.2).
+    pub state: bool,
     /// Every export name.
     pub exports: Vec<String>,
     /// Every import name.
@@ -102,7 +107,7 @@ impl LoadedPlugin {
             .linker()
             .instantiate_pre(&component)
             .map_err(|source| unlinked(&info, &plugin, &file, source))?;
-        let pre = Pre::new(minor, info.reconciler, instance_pre).map_err(|source| {
+        let pre = Pre::new(minor, info.reconciler, info.state, instance_pre).map_err(|source| {
             LoadError::UnsatisfiedImport {
                 plugin: plugin.clone(),
                 path: file.clone(),
@@ -135,6 +140,11 @@ impl LoadedPlugin {
     /// Whether it exports `reconciler` (it is a controller).
     pub fn reconciles(&self) -> bool {
         self.inner.pre.reconciles()
+    }
+
+    /// Whether it exports `state` (its state survives unloading and hot swap).
+    pub fn keeps_state(&self) -> bool {
+        self.inner.pre.keeps_state()
     }
 
     /// The plugin's name from the configuration.
@@ -285,13 +295,18 @@ fn describe(engine: &Engine, component: &Component) -> ContractInfo {
         e.strip_prefix(HANDLER_INTERFACE)
             .map(|rest| rest.strip_prefix('@').unwrap_or("unversioned").to_owned())
     });
-    let reconciler = exports.iter().any(|e| {
-        e.strip_prefix(RECONCILER_INTERFACE)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
-    });
+    let exports_interface = |interface: &str| {
+        exports.iter().any(|e| {
+            e.strip_prefix(interface)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+        })
+    };
+    let reconciler = exports_interface(RECONCILER_INTERFACE);
+    let state = exports_interface(STATE_INTERFACE);
     ContractInfo {
         contract_version,
         reconciler,
+        state,
         exports,
         imports,
     }

@@ -19,7 +19,7 @@ mod instance;
 mod load;
 mod world;
 
-/// Host-side bindings generated from `wit/` (the current contract, 0.3.1).
+/// Host-side bindings generated from `wit/` (the current contract, 0.3.2).
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
@@ -28,7 +28,7 @@ pub(crate) mod bindings {
     });
 }
 
-/// Host-side bindings of the `controller` world (0.3.1: `plugin` plus the `reconciler` export),
+/// Host-side bindings of the `controller` world (since 0.3.1: `plugin` plus the `reconciler` export),
 /// for plugins that export `reconciler`; its imports are `bindings`' own.
 pub(crate) mod bindings_controller {
     wasmtime::component::bindgen!({
@@ -42,6 +42,15 @@ pub(crate) mod bindings_controller {
             "wasmformer:plugin/writer": super::bindings::wasmformer::plugin::writer,
             "wasmformer:plugin/retry": super::bindings::wasmformer::plugin::retry,
         },
+    });
+}
+
+/// Host-side bindings of the optional `state` export (0.3.2), loaded beside a plugin's world when
+/// it exports `state`.
+pub(crate) mod bindings_state {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "state-export",
     });
 }
 
@@ -60,16 +69,17 @@ pub use crate::config::Limits;
 pub use backoff::Backoff;
 pub use cache::CacheError;
 pub use engine::{DEFAULT_MAX_INSTANCES, PluginEngine, PoolSize, content_digest};
-pub use error::{CallError, LoadError, TrapKind};
+pub use error::{CallError, LoadError, StateError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
-pub use instance::PluginInstance;
+pub use instance::{PluginInstance, SavedState};
 pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// The WIT package this host implements.
 pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
 /// The contract version this host implements; plugins built for any `0.3.x` are accepted, and
 /// for `0.2.x` (the contract before `writer`). 0.3.1 added the optional `reconciler` export and
-/// the `retry` import; plugins built for 0.3.0 load unchanged.
-pub const CONTRACT_VERSION: &str = "0.3.1";
+/// the `retry` import, 0.3.2 the optional `state` export; plugins built for 0.3.0 and 0.3.1 load
+/// unchanged.
+pub const CONTRACT_VERSION: &str = "0.3.2";
 /// The older contract versions still linked: `0.2.x` plugins load unchanged.
 pub const LEGACY_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];

@@ -2,10 +2,13 @@
 //! `controller`, which adds the `reconciler` export) and the frozen 0.2.x one (`host/wit-0.2/`),
 //! so plugins built before `writer` load unchanged. A plugin is instantiated in the world its
 //! `handler` export was built for, and in `controller` if it exports `reconciler`; events cross
-//! as the same two strings in all.
+//! as the same two strings in all. The optional `state` export (0.3.2) is loaded beside the
+//! world, from the same instance.
 
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
+
+use super::bindings_state::{StateExport, StateExportIndices};
 
 use super::bindings::{self, wasmformer::plugin::types};
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
@@ -14,56 +17,95 @@ use super::host::HostState;
 use super::host::wit_object;
 use crate::cache::{Event, Gvk};
 
-/// A plugin's pre-instantiated handle, in its world.
+/// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
+/// exports `state`.
 #[derive(Clone)]
-pub(crate) enum Pre {
+pub(crate) struct Pre {
+    instance_pre: InstancePre<HostState>,
+    world: WorldIndices,
+    state: Option<std::sync::Arc<StateExportIndices>>,
+}
+
+/// Where a world's exports are in the component.
+#[derive(Clone)]
+enum WorldIndices {
     /// Built for 0.3.x.
-    Current(bindings::PluginPre<HostState>),
+    Current(std::sync::Arc<bindings::PluginIndices>),
     /// Built for 0.3.1 or later, exporting `reconciler`.
-    Controller(bindings_controller::ControllerPre<HostState>),
+    Controller(std::sync::Arc<bindings_controller::ControllerIndices>),
     /// Built for 0.2.x.
-    V02(bindings_v02::PluginPre<HostState>),
+    V02(std::sync::Arc<bindings_v02::PluginIndices>),
 }
 
 impl Pre {
     /// The handle for a component whose handler export is version `0.<minor>.x`, and which
-    /// exports `reconciler` if `reconciler`.
+    /// exports `reconciler` if `reconciler`, and `state` if `state`.
     pub fn new(
         minor: u64,
         reconciler: bool,
+        state: bool,
         instance_pre: InstancePre<HostState>,
     ) -> wasmtime::Result<Self> {
-        Ok(match (minor, reconciler) {
-            (2, _) => Self::V02(bindings_v02::PluginPre::new(instance_pre)?),
-            (_, true) => Self::Controller(bindings_controller::ControllerPre::new(instance_pre)?),
-            (_, false) => Self::Current(bindings::PluginPre::new(instance_pre)?),
+        use std::sync::Arc;
+        let world = match (minor, reconciler) {
+            (2, _) => WorldIndices::V02(Arc::new(bindings_v02::PluginIndices::new(&instance_pre)?)),
+            (_, true) => WorldIndices::Controller(Arc::new(
+                bindings_controller::ControllerIndices::new(&instance_pre)?,
+            )),
+            (_, false) => {
+                WorldIndices::Current(Arc::new(bindings::PluginIndices::new(&instance_pre)?))
+            }
+        };
+        let state = match state && minor != 2 {
+            true => Some(Arc::new(StateExportIndices::new(&instance_pre)?)),
+            false => None,
+        };
+        Ok(Self {
+            instance_pre,
+            world,
+            state,
         })
     }
 
     pub fn engine(&self) -> &wasmtime::Engine {
-        match self {
-            Self::Current(pre) => pre.engine(),
-            Self::Controller(pre) => pre.engine(),
-            Self::V02(pre) => pre.engine(),
-        }
+        self.instance_pre.engine()
     }
 
     /// Whether the plugin exports `reconciler`.
     pub fn reconciles(&self) -> bool {
-        matches!(self, Self::Controller(_))
+        matches!(self.world, WorldIndices::Controller(_))
+    }
+
+    /// Whether the plugin exports `state`.
+    pub fn keeps_state(&self) -> bool {
+        self.state.is_some()
     }
 
     pub fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Bindings> {
-        Ok(match self {
-            Self::Current(pre) => Bindings::Current(pre.instantiate(store)?),
-            Self::Controller(pre) => Bindings::Controller(pre.instantiate(store)?),
-            Self::V02(pre) => Bindings::V02(pre.instantiate(store)?),
-        })
+        let instance = self.instance_pre.instantiate(&mut *store)?;
+        let world = match &self.world {
+            WorldIndices::Current(indices) => World::Current(indices.load(&mut *store, &instance)?),
+            WorldIndices::Controller(indices) => {
+                World::Controller(indices.load(&mut *store, &instance)?)
+            }
+            WorldIndices::V02(indices) => World::V02(indices.load(&mut *store, &instance)?),
+        };
+        let state = match &self.state {
+            Some(indices) => Some(indices.load(&mut *store, &instance)?),
+            None => None,
+        };
+        Ok(Bindings { world, state })
     }
 }
 
+/// A live instance's exports: its world's, and `state` if it exports it.
+pub(crate) struct Bindings {
+    world: World,
+    state: Option<StateExport>,
+}
+
 /// A live instance's exports, in its world.
-pub(crate) enum Bindings {
+enum World {
     Current(bindings::Plugin),
     Controller(bindings_controller::Controller),
     V02(bindings_v02::Plugin),
@@ -102,15 +144,39 @@ fn legacy(obj: types::Object) -> bindings_v02::wasmformer::plugin::types::Object
 }
 
 impl Bindings {
+    /// Calls `save-state` (`None`: the plugin does not export `state`).
+    pub fn call_save_state(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> Option<wasmtime::Result<Vec<u8>>> {
+        let state = self.state.as_ref()?;
+        Some(state.wasmformer_plugin_state().call_save_state(store))
+    }
+
+    /// Calls `restore-state` (`None`: the plugin does not export `state`).
+    pub fn call_restore_state(
+        &self,
+        store: &mut Store<HostState>,
+        bytes: &[u8],
+        from_version: &str,
+    ) -> Option<wasmtime::Result<Result<(), String>>> {
+        let state = self.state.as_ref()?;
+        Some(
+            state
+                .wasmformer_plugin_state()
+                .call_restore_state(store, bytes, from_version),
+        )
+    }
+
     pub fn call_init(
         &self,
         store: &mut Store<HostState>,
         config: &str,
     ) -> wasmtime::Result<Result<(), String>> {
-        match self {
-            Self::Current(b) => b.wasmformer_plugin_handler().call_init(store, config),
-            Self::Controller(b) => b.wasmformer_plugin_handler().call_init(store, config),
-            Self::V02(b) => b.wasmformer_plugin_handler().call_init(store, config),
+        match &self.world {
+            World::Current(b) => b.wasmformer_plugin_handler().call_init(store, config),
+            World::Controller(b) => b.wasmformer_plugin_handler().call_init(store, config),
+            World::V02(b) => b.wasmformer_plugin_handler().call_init(store, config),
         }
     }
 
@@ -120,12 +186,12 @@ impl Bindings {
         gvk: &Gvk,
         event: &Event,
     ) -> wasmtime::Result<Result<(), String>> {
-        match self {
-            Self::Current(b) => call_handler!(b.wasmformer_plugin_handler(), store, gvk, event),
-            Self::Controller(b) => {
+        match &self.world {
+            World::Current(b) => call_handler!(b.wasmformer_plugin_handler(), store, gvk, event),
+            World::Controller(b) => {
                 call_handler!(b.wasmformer_plugin_handler(), store, gvk, event)
             }
-            Self::V02(b) => {
+            World::V02(b) => {
                 let handler = b.wasmformer_plugin_handler();
                 let object = |o| legacy(wit_object(gvk, o));
                 match event {
@@ -153,7 +219,7 @@ impl Bindings {
         namespace: &str,
         name: &str,
     ) -> Option<wasmtime::Result<ReconcileReturn>> {
-        let Self::Controller(b) = self else {
+        let World::Controller(b) = &self.world else {
             return None;
         };
         let key = reconciler::ObjectRef {

@@ -336,6 +336,7 @@ impl Runtime {
         let grants = self.writes.grant(&plugin, grants, &self.metrics);
         let instance = self.start_instance(&plugin, loaded, grants.clone()).await?;
         let resync = plugin.resync.unwrap_or(self.config().host.default_resync);
+        let lifecycle = plugin.lifecycle.unwrap_or(self.config().host.lifecycle);
         let timeout = self.config().host.shutdown_timeout;
         let mut plugins = self.plugins.lock().await;
         let previous = plugins
@@ -345,6 +346,7 @@ impl Runtime {
             instance,
             plugin.max_queued_events,
             (!resync.is_zero()).then_some(resync),
+            (!lifecycle.unload_after.is_zero()).then_some(lifecycle.unload_after),
             handled,
             listers,
             previous,

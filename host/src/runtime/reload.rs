@@ -390,6 +390,7 @@ fn same_subscriptions(a: &PluginConfig, b: &PluginConfig) -> bool {
         && a.read == b.read
         && a.indexes == b.indexes
         && a.resync == b.resync
+        && a.lifecycle == b.lifecycle
         && a.max_queued_events == b.max_queued_events
         && a.reconcile == b.reconcile
 }

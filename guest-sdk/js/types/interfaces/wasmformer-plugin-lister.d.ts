@@ -1,5 +1,5 @@
 /// <reference path="./wasmformer-plugin-types.d.ts" />
-declare module 'wasmformer:plugin/lister@0.3.1' {
+declare module 'wasmformer:plugin/lister@0.3.2' {
   /**
    * The object `namespace`/`name` (namespace empty for cluster-scoped kinds).
    */
@@ -14,8 +14,8 @@ declare module 'wasmformer:plugin/lister@0.3.1' {
    * built-in `namespace` index) holds `value`.
    */
   export function byIndex(kind: Gvk, index: string, value: string): Array<Object>;
-  export type Gvk = import('wasmformer:plugin/types@0.3.1').Gvk;
-  export type Object = import('wasmformer:plugin/types@0.3.1').Object;
+  export type Gvk = import('wasmformer:plugin/types@0.3.2').Gvk;
+  export type Object = import('wasmformer:plugin/types@0.3.2').Object;
   /**
    * Why a lister call returned no objects.
    */
