@@ -295,6 +295,7 @@ fn main() {
     let rss = (bench.filters.is_empty()).then(|| rss_per_instance(&empty, &objects.realistic));
 
     let realistic = Objects::add(&objects.realistic);
+    lifecycle_benches(&mut bench, &engine, &empty, &realistic);
     bench.run("1-empty", "empty call, realistic Pod", || {
         event_bench(&empty, Grants::none(), json!({}), &realistic)
     });
@@ -659,6 +660,67 @@ fn main() {
     report::print(&bench, &objects, rss, reserved_kib);
 }
 
+/// Issue 16: what an idle unload costs, and the next event to an unloaded plugin (instantiate,
+/// `restore-state`, `init`, then the call): for the empty guest (no state) and for the `counter`
+/// guest holding 1 MiB of state (JSON, saved and parsed in the guest).
+fn lifecycle_benches(
+    bench: &mut Bench,
+    engine: &PluginEngine,
+    empty: &LoadedPlugin,
+    event: &Event,
+) {
+    let counter = load(engine, guests::COUNTER);
+    let grow = Objects::add(&wasmformer_tests::pod(
+        "ns",
+        &format!("grow-{}", 1 << 20),
+        1,
+    ));
+    let reactivated = |plugin: &LoadedPlugin, state: bool| {
+        let mut instance = start(plugin, Grants::none(), json!({}));
+        if state {
+            handle(&mut instance, &grow);
+        }
+        measure_batches(|iters| {
+            let mut took = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                instance.unload().expect("unload");
+                let started = Instant::now();
+                handle(&mut instance, event);
+                took += started.elapsed();
+            }
+            took
+        })
+    };
+    bench.run(
+        "9a-reactivate-empty",
+        "event to an unloaded plugin, empty guest (no state)",
+        || reactivated(empty, false),
+    );
+    bench.run(
+        "9b-reactivate-1mib",
+        "event to an unloaded plugin with 1 MiB of state",
+        || reactivated(&counter, true),
+    );
+    bench.run(
+        "9c-unload-1mib",
+        "unload with 1 MiB of state (save-state)",
+        || {
+            let mut instance = start(&counter, Grants::none(), json!({}));
+            handle(&mut instance, &grow);
+            measure_batches(|iters| {
+                let mut took = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    handle(&mut instance, event);
+                    let started = Instant::now();
+                    instance.unload().expect("unload");
+                    took += started.elapsed();
+                }
+                took
+            })
+        },
+    );
+}
+
 /// `VmRSS` of this process, in KiB.
 fn vm_rss_kib() -> u64 {
     proc_status_kib("VmRSS:")
@@ -681,8 +743,9 @@ fn proc_status_kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in kB"))
 }
 
-/// RSS per live instance of `plugin` in KiB: idle after `start`, and after each handled `obj`.
-fn rss_per_instance(plugin: &LoadedPlugin, obj: &Arc<CachedObject>) -> (f64, f64) {
+/// RSS per instance of `plugin` in KiB: live and idle after `start`, after each handled `obj`,
+/// and unloaded (`lifecycle.unloadAfter`) after that.
+fn rss_per_instance(plugin: &LoadedPlugin, obj: &Arc<CachedObject>) -> (f64, f64, f64) {
     let gvk = pod_gvk();
     // One instance first, so what every instance shares (code, engine state) is not counted.
     let warm = start(plugin, Grants::none(), json!({}));
@@ -695,7 +758,11 @@ fn rss_per_instance(plugin: &LoadedPlugin, obj: &Arc<CachedObject>) -> (f64, f64
         instance.handle(&gvk, &Objects::add(obj)).unwrap();
     }
     let touched = vm_rss_kib();
+    for instance in &mut live {
+        instance.unload().expect("unload");
+    }
+    let unloaded = vm_rss_kib();
     drop((warm, live));
     let per = |kib: u64| kib.saturating_sub(before) as f64 / RSS_INSTANCES as f64;
-    (per(idle), per(touched))
+    (per(idle), per(touched), per(unloaded))
 }

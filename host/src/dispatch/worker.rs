@@ -364,6 +364,8 @@ impl Delivery {
             Ok(None) => {}
             Err(error) => self.state_failed(error),
         }
+        // The new version is loaded, whether or not the old one was.
+        self.after_call();
         let snapshot = (mode == SwapMode::Snapshot).then(|| self.queue_snapshot());
         self.status.swapped(&digest);
         self.metrics

@@ -51,12 +51,13 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
         "6a-start-empty" => verdict("≤ 10 µs".into(), m(id)? <= 10_000.0),
         "7a-load-cached-empty" => verdict("< 1 ms".into(), m(id)? < 1e6),
         "7b-load-cached-decode" => verdict("≤ 0.4 ms".into(), m(id)? <= 0.4e6),
+        "9b-reactivate-1mib" => verdict("≤ 1 ms".into(), m(id)? <= 1e6),
         _ => None,
     }
 }
 
 /// Prints every table: the rows, the pairs, derived figures, the objects and the plugin sizes.
-pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>, reserved_kib: u64) {
+pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64, f64)>, reserved_kib: u64) {
     let figures = ["what", "median ns/op", "p99 ns/op", "min ns/op", "goal", ""].map(String::from);
     let mut table = Table::new("id", &figures)
         .text_column(1)
@@ -135,7 +136,7 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>, reserved
             .zip(m("7f-hash-decode-wasm"))
             .map(|((a, b), c)| us(a - b - c)),
     );
-    if let Some((idle, touched)) = rss {
+    if let Some((idle, touched, unloaded)) = rss {
         push(
             &format!("RSS per live instance, idle after `start` ({RSS_INSTANCES} instances)"),
             Some(format!("{idle:.0} KiB")),
@@ -143,6 +144,10 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64)>, reserved
         push(
             "RSS per live instance, after one realistic-Pod event",
             Some(format!("{touched:.0} KiB")),
+        );
+        push(
+            "RSS per plugin unloaded after that event (`lifecycle.unloadAfter`; goal ≤ 16 KiB)",
+            Some(format!("{unloaded:.1} KiB")),
         );
     }
     derived.push((
