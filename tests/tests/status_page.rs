@@ -108,6 +108,7 @@ async fn the_status_page_shows_what_status_says() {
             "the guests are built for the current contract"
         );
         assert_eq!(shown("synced"), "yes");
+        assert_eq!(shown("instance"), "loaded");
         assert_eq!(shown("calls"), plugin["calls"].to_string());
         assert_eq!(shown("failures"), plugin["failures"].to_string());
         assert_eq!(shown("queueDepth"), plugin["queueDepth"].to_string());
