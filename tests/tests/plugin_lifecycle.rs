@@ -28,6 +28,18 @@ fn engine() -> Arc<PluginEngine> {
     )
 }
 
+/// Starts the host with `config`, recording what its plugins log; waits until it is synced.
+async fn start(config: HostConfig, client: &kube::Client) -> (Arc<Runtime>, Recorded) {
+    let recorded = Recorded::default();
+    let options = RuntimeOptions {
+        log_observer: Some(recorded.observer()),
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::start(config, client.clone(), engine(), options).await;
+    assert!(runtime.wait_synced(WAIT).await);
+    (runtime, recorded)
+}
+
 fn plugin_name(i: usize) -> String {
     match i % 2 {
         0 => format!("busy-{i}"),
@@ -92,19 +104,11 @@ async fn half_of_100_plugins_idle_unload_and_come_back_with_nothing_lost_or_reor
             )
         })
         .collect();
-    let recorded = Recorded::default();
-    let options = RuntimeOptions {
-        log_observer: Some(recorded.observer()),
-        ..RuntimeOptions::default()
-    };
-    let runtime = Runtime::start(
+    let (runtime, recorded) = start(
         HostConfig::parse(&format!("plugins:\n{plugins}"), "/".into()).unwrap(),
-        client.clone(),
-        engine(),
-        options,
+        &client,
     )
     .await;
-    assert!(runtime.wait_synced(WAIT).await);
 
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), "work");
     for name in ["busy", "idle"] {
@@ -203,6 +207,21 @@ async fn half_of_100_plugins_idle_unload_and_come_back_with_nothing_lost_or_reor
     dev.shutdown().await.unwrap();
 }
 
+/// The line plugin `c` logged for the ConfigMap `name` (panics after `WAIT`).
+async fn delivered(recorded: &Recorded, name: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(line) = recorded.events("c").into_iter().find(|e| e["name"] == name) {
+            return line;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} not delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// One counter plugin `c` on ConfigMaps labelled `group=swap`, from `wasm`, unloaded after
 /// `unload_after`, handling in `namespace`.
 fn swap_config(wasm: &str, unload_after: &str, namespace: &str) -> HostConfig {
@@ -218,19 +237,7 @@ fn swap_config(wasm: &str, unload_after: &str, namespace: &str) -> HostConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_swap_and_a_resubscription_hand_the_state_to_the_next_version() {
     let (dev, client) = dev_cluster_with_namespace("work").await;
-    let recorded = Recorded::default();
-    let options = RuntimeOptions {
-        log_observer: Some(recorded.observer()),
-        ..RuntimeOptions::default()
-    };
-    let runtime = Runtime::start(
-        swap_config(guests::COUNTER, "200ms", "work"),
-        client.clone(),
-        engine(),
-        options,
-    )
-    .await;
-    assert!(runtime.wait_synced(WAIT).await);
+    let (runtime, recorded) = start(swap_config(guests::COUNTER, "200ms", "work"), &client).await;
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), "work");
     let create = |name: &str| {
         serde_json::from_value::<ConfigMap>(json!({
@@ -268,14 +275,7 @@ async fn a_hot_swap_and_a_resubscription_hand_the_state_to_the_next_version() {
         .create(&PostParams::default(), &create("d"))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let line = loop {
-        if let Some(line) = recorded.events("c").into_iter().find(|e| e["name"] == "d") {
-            break line;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "d not delivered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = delivered(&recorded, "d").await;
     assert_eq!(
         line["total"], 4,
         "the count went over to the new version: {line}"
@@ -303,14 +303,7 @@ async fn a_hot_swap_and_a_resubscription_hand_the_state_to_the_next_version() {
         .create(&PostParams::default(), &create("e"))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let line = loop {
-        if let Some(line) = recorded.events("c").into_iter().find(|e| e["name"] == "e") {
-            break line;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "e not delivered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = delivered(&recorded, "e").await;
     assert_eq!(
         line["total"], 5,
         "the re-subscribed plugin kept its count: {line}"

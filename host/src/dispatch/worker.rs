@@ -652,6 +652,25 @@ mod tests {
         );
     }
 
+    /// A Pod informer whose watch never sends anything, and the plugin's one handled kind on it.
+    fn quiet_pod_informer() -> (Arc<Informer>, Vec<HandledKind>) {
+        let key = InformerKey::new(
+            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            true,
+        );
+        let informer = Informer::from_stream(
+            key,
+            StoreOptions::default(),
+            futures::stream::pending().boxed(),
+        )
+        .unwrap();
+        let handled = vec![HandledKind {
+            gvk: informer.key().gvk(),
+            lister: informer.lister(),
+        }];
+        (informer, handled)
+    }
+
     /// Issue 16: with `unloadAfter` shorter than the gaps between events, the worker unloads
     /// the idle plugin again and again while events keep arriving (some during an unload, some
     /// just after); each is delivered once, in order, and the plugin's state (a count) survives
@@ -684,20 +703,7 @@ mod tests {
         .unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let _entered = runtime.enter();
-        let key = InformerKey::new(
-            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
-            true,
-        );
-        let informer = Informer::from_stream(
-            key,
-            StoreOptions::default(),
-            futures::stream::pending().boxed(),
-        )
-        .unwrap();
-        let handled = vec![HandledKind {
-            gvk: informer.key().gvk(),
-            lister: informer.lister(),
-        }];
+        let (_informer, handled) = quiet_pod_informer();
         let queue = EventQueue::new(1000);
         let status = Arc::new(PluginStatus::default());
         let worker = PluginWorker::start(
@@ -789,20 +795,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let key = InformerKey::new(
-            kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
-            true,
-        );
-        let informer = Informer::from_stream(
-            key,
-            StoreOptions::default(),
-            futures::stream::pending().boxed(),
-        )
-        .unwrap();
-        let handled = vec![HandledKind {
-            gvk: informer.key().gvk(),
-            lister: informer.lister(),
-        }];
+        let (_informer, handled) = quiet_pod_informer();
         let queue = EventQueue::new(100);
         for rv in 1..=5 {
             let obj = Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
