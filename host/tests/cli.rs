@@ -284,6 +284,24 @@ fn a_file_that_is_not_a_component_is_refused_with_exit_two() {
 }
 
 #[test]
+fn a_compile_cache_that_cannot_be_created_is_refused_with_its_cause() {
+    let out = wasmformer(&[
+        "--cache-dir",
+        "/proc/nowhere/cache",
+        "inspect",
+        guests::POD_LOGGER,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(
+            "compile cache /proc/nowhere/cache: cannot create or read it: No such file or directory"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn inspect_shows_the_contract_version() {
     let out = wasmformer(&["inspect", guests::POD_LOGGER]);
     assert!(out.status.success());

@@ -95,7 +95,7 @@ impl Drop for Ticker {
 
 impl PluginEngine {
     /// An engine that caches compiled components under `cache_dir` (`None`: compile every time),
-    /// with the default instance pool. Fails with a [`CacheError`](super::CacheError) if that
+    /// with the default instance pool. Fails with a [`CacheError`](super::CacheError)'s message (and its cause) if that
     /// directory is not this user's alone.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
         Self::with_pool(cache_dir, PoolSize::default())
@@ -134,7 +134,10 @@ impl PluginEngine {
         )?;
         let cache = match &cache_dir {
             Some(dir) => {
-                Some(CompileCache::open(dir, &engine_key(&engine)).map_err(wasmtime::Error::new)?)
+                Some(CompileCache::open(dir, &engine_key(&engine)).map_err(|e| {
+                    // The cause (an io::Error) on the same line: callers print only the message.
+                    wasmtime::Error::msg(crate::error_chain(&e))
+                })?)
             }
             None => None,
         };
