@@ -617,6 +617,7 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
         "interfaces/wasmformer-plugin-lister.d.ts",
         "interfaces/wasmformer-plugin-log.d.ts",
         "interfaces/wasmformer-plugin-retry.d.ts",
+        "interfaces/wasmformer-plugin-state.d.ts",
         "interfaces/wasmformer-plugin-types.d.ts",
         "interfaces/wasmformer-plugin-writer.d.ts",
     ] {
