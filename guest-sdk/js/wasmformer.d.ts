@@ -37,14 +37,29 @@ export class KubeObject {
 
 /** A plugin's event handlers. Every method defaults to doing nothing; throw to fail a call. */
 export class Plugin {
+  /**
+   * With `exportPlugin(MyPlugin, { state: true })`: the properties *not* kept across unloading
+   * and hot swap (e.g. what `init` derives from the config, or values that are not JSON).
+   */
+  static transient: readonly string[];
   init(config: Record<string, unknown>): void;
   onAdd(obj: KubeObject, initial: boolean): void;
   onUpdate(oldObj: KubeObject, newObj: KubeObject): void;
   onDelete(obj: KubeObject, finalStateUnknown: boolean): void;
 }
 
-/** Makes `pluginClass` the component's handler (one per plugin). */
-export function exportPlugin<T extends new () => Plugin>(pluginClass: T): T;
+/**
+ * Makes `pluginClass` the component's handler (one per plugin). With `{ state: true }` its own
+ * enumerable properties (less `static transient`) are kept, as JSON, across unloading and hot
+ * swap: a fresh `new pluginClass()` gets them before `init` runs on it.
+ */
+export function exportPlugin<T extends new () => Plugin>(pluginClass: T, options?: { state?: boolean }): T;
+
+/**
+ * The version (BLAKE3 hash of its wasm) of the instance whose state this one restored, while and
+ * after `init` runs; `undefined` when it started without one.
+ */
+export function restoredFrom(): string | undefined;
 
 export function log(level: Level, message: unknown): void;
 export function trace(message: unknown): void;
@@ -67,6 +82,9 @@ export const lister: {
 
 /** The `handler` export componentize-js calls (generated entry modules re-export it). */
 export const handler: typeof import("wasmformer:plugin/handler@0.3.2");
+
+/** The `state` export componentize-js calls (generated entry modules re-export it). */
+export const state: typeof import("wasmformer:plugin/state@0.3.2");
 
 /** What `writer.delete` checks before deleting. */
 export interface Preconditions {

@@ -17,6 +17,11 @@
 // `this` lasts between calls (until a trap recreates the instance). A handler that throws fails
 // its call with `"<ErrorType>: <message>"`. Writes to the cluster go through `writer` (apply,
 // patch, create, delete, event); a failed write throws a `WriteError` whose `kind` names why.
+//
+// With `exportPlugin(MyPlugin, { state: true })` the plugin's own enumerable properties (less the
+// names in its `static transient`) are its state: saved as JSON when the host unloads the idle
+// instance or swaps in a new version, and assigned to a fresh `new MyPlugin()` in the next
+// instance before `init` runs on it (see `restoredFrom`).
 
 import { log as hostLog } from "wasmformer:plugin/log@0.3.2";
 import * as witLister from "wasmformer:plugin/lister@0.3.2";
@@ -96,6 +101,11 @@ function fromWit(obj) {
 
 /** A plugin's event handlers, in client-go's terms. Every method defaults to doing nothing. */
 export class Plugin {
+  /**
+   * With `exportPlugin(MyPlugin, { state: true })`: the properties *not* kept across unloading
+   * and hot swap (e.g. what `init` derives from the config, or values that are not JSON).
+   */
+  static transient = [];
   /** Receives the plugin's `config` block from the host configuration (`{}` when absent). */
   init(config) {}
   /** An object was added; `initial` is true for objects from the initial list. */
@@ -306,12 +316,56 @@ export const writer = {
 // --- the export ----------------------------------------------------------------------------
 
 let PluginClass = undefined;
+// Whether the plugin's properties are its state (`exportPlugin(..., { state: true })`).
+let keepsState = false;
 let instance = undefined;
+// The plugin made from a restored state, waiting for `init`.
+let restored = undefined;
+// The version whose state this instance restored.
+let restoredVersion = undefined;
 
-/** Makes `pluginClass` the component's handler (one per plugin). */
-export function exportPlugin(pluginClass) {
+/**
+ * Makes `pluginClass` the component's handler (one per plugin).
+ *
+ * With `{ state: true }` the plugin's own enumerable properties (less the names in its
+ * `static transient`) are its state. When the host unloads the idle plugin or swaps in a new
+ * version, they are saved as JSON: plain objects, arrays, strings, finite numbers, booleans and
+ * null (a Map, a Set, a class instance or a Date fails the save, naming the property);
+ * the next instance makes a fresh `new pluginClass()`, assigns them to it, then calls `init` with
+ * the current config. So give kept properties their first value in class fields or the
+ * constructor, not in `init`, which runs again after every restore; `restoredFrom()` says which
+ * version saved them. A state that cannot be restored (not a JSON object, or the constructor
+ * throws) is reported by the host, which starts the plugin over with `init`.
+ */
+export function exportPlugin(pluginClass, { state = false } = {}) {
   PluginClass = pluginClass;
+  keepsState = Boolean(state);
   return pluginClass;
+}
+
+/**
+ * The version (the BLAKE3 hash of its wasm) of the instance whose state this one restored, while
+ * and after `init` runs; `undefined` when it started without one. Equal to this instance's own
+ * version after an idle unload, the predecessor's after a hot swap: compare it to migrate the
+ * properties of an older version.
+ */
+export function restoredFrom() {
+  return restoredVersion;
+}
+
+function transientNames(pluginClass) {
+  const names = pluginClass.transient ?? [];
+  return new Set(typeof names === "string" ? [names] : names);
+}
+
+// Why JSON would not give `value` back as it is (a Map, a Set, a Date or a class instance, a
+// number that is not finite), or undefined.
+function notJson(value) {
+  if (typeof value === "number" && !Number.isFinite(value)) return String(value);
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return undefined;
+  const proto = Object.getPrototypeOf(value);
+  if (proto === Object.prototype || proto === null) return undefined;
+  return `a ${value.constructor?.name || "object with a prototype"}`;
 }
 
 function failure(e) {
@@ -339,8 +393,10 @@ export const handler = {
     } catch (e) {
       throw `plugin config is not JSON: ${e.message}`;
     }
+    const fromState = restored;
+    restored = undefined;
     try {
-      const plugin = new PluginClass();
+      const plugin = fromState ?? new PluginClass();
       plugin.init(parsed);
       instance = plugin;
     } catch (e) {
@@ -355,5 +411,60 @@ export const handler = {
   },
   onDelete(obj, finalStateUnknown) {
     calling((p) => p.onDelete(fromWit(obj), finalStateUnknown));
+  },
+};
+
+/**
+ * The `state` export componentize-js calls: the plugin's properties as JSON, if it opted in with
+ * `exportPlugin(..., { state: true })`; otherwise no state (empty), and a state handed over by a
+ * previous version is ignored.
+ */
+export const state = {
+  saveState() {
+    if (!keepsState || instance === undefined) return new Uint8Array(0);
+    const skip = transientNames(instance.constructor);
+    const kept = {};
+    for (const [name, value] of Object.entries(instance)) {
+      // Functions (e.g. arrow-function fields) are code: the constructor makes them again.
+      if (!skip.has(name) && typeof value !== "function") kept[name] = value;
+    }
+    let property;
+    const text = JSON.stringify(kept, function (key, value) {
+      if (this === kept) property = key;
+      // `this[key]` is the value before its `toJSON` (a Date's would pass as a string).
+      const wrong = notJson(this[key]);
+      if (wrong !== undefined) {
+        throw new TypeError(
+          `${instance.constructor.name}.${property} cannot be saved as JSON (it holds ${wrong}): ` +
+            "list it in the plugin's `static transient` to leave it out of the state",
+        );
+      }
+      return value;
+    });
+    return new TextEncoder().encode(text);
+  },
+  restoreState(bytes, fromVersion) {
+    if (!keepsState || PluginClass === undefined) return;
+    let properties;
+    try {
+      properties = JSON.parse(new TextDecoder().decode(bytes));
+    } catch (e) {
+      throw `the saved state is not JSON: ${e.message}`;
+    }
+    if (properties === null || typeof properties !== "object" || Array.isArray(properties)) {
+      throw "the saved state is not a JSON object of properties";
+    }
+    let plugin;
+    try {
+      plugin = new PluginClass();
+    } catch (e) {
+      throw failure(e);
+    }
+    const skip = transientNames(PluginClass);
+    for (const [name, value] of Object.entries(properties)) {
+      if (!skip.has(name)) plugin[name] = value;
+    }
+    restored = plugin;
+    restoredVersion = fromVersion;
   },
 };

@@ -1,7 +1,8 @@
 //! Python and JavaScript plugins, built with `wasmformer build` (componentize-py and
 //! componentize-js, installed on first use): the examples replay exactly like their Rust twins,
 //! run on the dev cluster beside a Rust plugin, are contained like Rust plugins when they
-//! misbehave, and `wasmformer new` + `build` + `replay` works from an empty folder.
+//! misbehave, keep their state across unloading and hot swap when they opt in (and start over when
+//! they do not), and `wasmformer new` + `build` + `replay` works from an empty folder.
 //!
 //! Each component takes about 15 s to build and 15 s to compile: each is built once per test
 //! binary (and cached across runs by `wasmformer build`, keyed by its sources), and compiled
@@ -16,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine,
-    PluginInstance, TrapKind,
+    PluginInstance, StateError, TrapKind,
 };
 use wasmformer_tests::{guests, pod, pod_gvk, repo_root};
 
@@ -352,16 +353,17 @@ struct Running {
 }
 
 impl Running {
-    fn start(wasm: &str, limits: Limits) -> Self {
+    /// Starts `wasm` as plugin `name` with `config`.
+    fn start(name: &str, wasm: &str, limits: Limits, config: serde_json::Value) -> Self {
         let engine = PluginEngine::new(Some(compile_cache())).expect("engine");
-        let plugin = LoadedPlugin::load(&engine, "hostile", Path::new(wasm)).expect("plugin loads");
+        let plugin = LoadedPlugin::load(&engine, name, Path::new(wasm)).expect("plugin loads");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let observer: LogObserver = {
             let lines = lines.clone();
             Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.clone()))
         };
         let instance =
-            PluginInstance::start(plugin, limits, Grants::none(), &json!({}), Some(observer))
+            PluginInstance::start(plugin, limits, Grants::none(), &config, Some(observer))
                 .expect("plugin starts");
         Self {
             instance,
@@ -392,6 +394,14 @@ impl Running {
     fn last(&self) -> String {
         self.messages().last().cloned().unwrap_or_default()
     }
+
+    /// The messages that are JSON objects, parsed (a counter's lines).
+    fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.messages()
+            .iter()
+            .filter_map(|m| serde_json::from_str(m).ok())
+            .collect()
+    }
 }
 
 /// Every misbehaviour of the hostile guest in `folder`, each followed by a good event.
@@ -405,7 +415,7 @@ fn assert_hostile_guest_is_contained(folder: &str, exception: &str) {
         log_bytes_per_call: 4096,
         ..Default::default()
     };
-    let mut plugin = Running::start(&wasm, limits);
+    let mut plugin = Running::start("hostile", &wasm, limits, json!({}));
     plugin.add("fine-1").unwrap();
     plugin.add("fine-2").unwrap();
     assert_eq!(
@@ -480,6 +490,22 @@ fn assert_hostile_guest_is_contained(folder: &str, exception: &str) {
         (plugin.instance.calls(), plugin.instance.failures()),
         (11, 4)
     );
+
+    // It did not opt in to keeping state (`calls` is set by its constructor): it exports
+    // `state`, as every Python and JavaScript plugin does, but saves nothing, so an unload
+    // starts it over.
+    plugin.add("fine-6").unwrap();
+    assert_eq!(plugin.last(), "ok fine-6 call 2");
+    assert!(plugin.instance.plugin().keeps_state());
+    plugin.instance.unload().unwrap();
+    assert_eq!(plugin.instance.saved_state_bytes(), None);
+    plugin.add("fine-7").unwrap();
+    assert_eq!(
+        plugin.last(),
+        "ok fine-7 call 1",
+        "an unload starts it over"
+    );
+    assert_eq!(plugin.instance.activations(), 1);
 }
 
 #[test]
@@ -490,6 +516,85 @@ fn a_hostile_python_plugin_is_contained_like_a_rust_one() {
 #[test]
 fn a_hostile_js_plugin_is_contained_like_a_rust_one() {
     assert_hostile_guest_is_contained("tests/polyglot/js-hostile", "TypeError");
+}
+
+/// The counter built from `tests/polyglot/{lang}-counter`, which opts in to keeping state, keeps
+/// its count (its attributes, as JSON) across unloads and into `{lang}-counter-v2`, which reads
+/// the old format; its config-derived `tag` is not kept but set again by `init`; an attribute
+/// that JSON cannot hold fails the save, naming it. `v2_keeps` is what v2 keeps after migrating.
+fn assert_counter_keeps_its_state(lang: &str, v2_keeps: &[&str]) {
+    let v1 = built(&format!("tests/polyglot/{lang}-counter"));
+    let v2 = built(&format!("tests/polyglot/{lang}-counter-v2"));
+    let limits = Limits {
+        deadline: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let mut counter = Running::start("counter", &v1, limits.clone(), json!({"tag": "t"}));
+    assert!(counter.instance.plugin().keeps_state());
+    let own = counter.instance.plugin().digest()[..12].to_owned();
+    const CYCLES: u64 = 20;
+    for n in 1..=CYCLES {
+        counter.add(&format!("p{n}")).unwrap();
+        counter.instance.unload().unwrap();
+        assert!(!counter.instance.is_loaded());
+        assert!(
+            counter.instance.saved_state_bytes().is_some_and(|b| b > 0),
+            "{lang}: unload {n} saved no state"
+        );
+    }
+    assert_eq!(counter.instance.activations(), CYCLES - 1);
+    let lines = counter.json_lines();
+    let counts: Vec<u64> = lines.iter().filter_map(|l| l["count"].as_u64()).collect();
+    assert_eq!(counts, (1..=CYCLES).collect::<Vec<_>>(), "{lang}");
+    // Each instance restored the state before init: init saw the restored count.
+    let inits: Vec<u64> = lines.iter().filter_map(|l| l["init"].as_u64()).collect();
+    assert_eq!(inits, (0..CYCLES).collect::<Vec<_>>(), "{lang}");
+    let last = lines.last().unwrap();
+    let names: Vec<String> = (1..=CYCLES).map(|n| format!("p{n}")).collect();
+    assert_eq!(last["names"], json!(names), "{lang}: a list survives");
+    assert_eq!(last["restoredFrom"], own.as_str(), "{lang}");
+    assert_eq!(
+        last["tag"], "t",
+        "{lang}: the transient tag comes from init"
+    );
+
+    // A hot swap: the new version starts from the old one's state and migrates its format.
+    let mut next = Running::start("counter", &v2, limits, json!({}));
+    let state = counter
+        .instance
+        .take_state()
+        .unwrap()
+        .expect("the counter keeps state");
+    assert_eq!(state.version, counter.instance.plugin().digest());
+    next.instance.restore(state).unwrap();
+    next.add("after-swap").unwrap();
+    let line = next.json_lines().pop().unwrap();
+    assert_eq!(line["total"], CYCLES + 1, "{lang}: {line}");
+    assert_eq!(line["sinceV2"], 1, "{lang}: {line}");
+    assert_eq!(line["kept"], json!(v2_keeps), "{lang}: {line}");
+    assert_eq!(line["restoredFrom"], own.as_str(), "{lang}: {line}");
+
+    // An attribute JSON cannot hold fails the save, naming it; the state is lost, not garbled.
+    counter.add("unjson-1").unwrap();
+    let error = counter.instance.unload().unwrap_err();
+    assert!(matches!(error, StateError::Save { .. }), "{lang}: {error}");
+    let logged = counter.messages().join("\n");
+    assert!(
+        logged.contains("Counter.unjson cannot be saved as JSON"),
+        "{lang}: {error}\n{logged}"
+    );
+    counter.add("p1").unwrap();
+    assert_eq!(counter.json_lines().last().unwrap()["count"], 1, "{lang}");
+}
+
+#[test]
+fn a_python_plugin_that_opts_in_keeps_its_state_across_unloads_and_a_swap() {
+    assert_counter_keeps_its_state("python", &["since_v2", "total"]);
+}
+
+#[test]
+fn a_js_plugin_that_opts_in_keeps_its_state_across_unloads_and_a_swap() {
+    assert_counter_keeps_its_state("js", &["sinceV2", "total"]);
 }
 
 /// `wasmformer new --lang LANG hello` then `wasmformer build hello --replay`, in an empty folder.
@@ -617,6 +722,7 @@ fn the_committed_typescript_types_are_generated_from_the_wit() {
         "interfaces/wasmformer-plugin-lister.d.ts",
         "interfaces/wasmformer-plugin-log.d.ts",
         "interfaces/wasmformer-plugin-retry.d.ts",
+        "interfaces/wasmformer-plugin-state.d.ts",
         "interfaces/wasmformer-plugin-types.d.ts",
         "interfaces/wasmformer-plugin-writer.d.ts",
     ] {

@@ -1,6 +1,7 @@
 // Generates the TypeScript declarations of the WIT contract (guest-sdk/js/types/) with jco's
 // bindgen, which componentize-js depends on. The `jco guest-types` CLI cannot read files on
-// Node 20, so the WIT is handed over as text. Run by `wasmformer toolchain js --types OUT`:
+// Node 20, so the WIT is handed over as text. The world is the one `wasmformer build` builds
+// JavaScript plugins in (`plugin` with the `state` export). Run in the JS toolchain's folder:
 //   node gentypes.mjs WIT_DIR OUT_DIR
 // The bindgen is not among the package's exports: import it by its file.
 import { $init, generateTypes } from "./node_modules/@bytecodealliance/jco-transpile/vendor/js-component-bindgen-component.js";
@@ -18,7 +19,7 @@ for (const file of readdirSync(witDir).filter((f) => f.endsWith(".wit")).sort())
 await $init;
 const files = generateTypes("plugin", {
   wit: { tag: "source", val: `${pkg}\n${bodies.join("\n")}` },
-  world: "plugin",
+  world: "stateful-plugin",
   guest: true,
   tlaCompat: false,
   features: { tag: "list", val: [] },

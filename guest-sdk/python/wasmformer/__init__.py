@@ -20,7 +20,7 @@ Writes to the cluster go through `wasmformer.writer` (apply, patch, create, dele
 """
 
 import json as _json
-from typing import Any, Dict, List, Optional, Type, Union
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 from componentize_py_types import Err
 from wit_world.imports import lister as _lister
@@ -28,7 +28,7 @@ from wit_world.imports import log as _log
 from wit_world.imports import types as _types
 
 __all__ = [
-    "CONTRACT_VERSION", "Gvk", "Object", "Plugin", "export", "gvk", "lister",
+    "CONTRACT_VERSION", "Gvk", "Object", "Plugin", "export", "gvk", "lister", "restored_from",
     "ListerError", "NotFound", "Forbidden", "InvalidSelector", "UnknownIndex",
     "log", "trace", "debug", "info", "warn", "error", "writer",
 ]
@@ -127,6 +127,10 @@ class Plugin:
 
     Raise an exception to fail a call: the host logs and counts it; the event is not retried.
     """
+
+    #: With `export(MyPlugin, state=True)`: the attributes *not* kept across unloading and hot
+    #: swap (e.g. what `init` derives from the config, or values that are not JSON).
+    transient: Tuple[str, ...] = ()
 
     def init(self, config: Dict[str, Any]) -> None:
         """Receives the plugin's `config` block from the host configuration (`{}` when absent)."""
@@ -249,15 +253,43 @@ from . import writer  # noqa: E402
 # --- the export ------------------------------------------------------------------------------
 
 _plugin_class: Optional[Type[Plugin]] = None
+# Whether the plugin's attributes are its state (`export(..., state=True)`).
+_keeps_state = False
 # The one plugin instance: componentize-py makes a new `Handler` per call, so state lives here.
 _instance: Optional[Plugin] = None
+# The plugin made from a restored state, waiting for `init`.
+_restored: Optional[Plugin] = None
+# The version whose state this instance restored.
+_restored_from: Optional[str] = None
 
 
-def export(plugin_class: Type[Plugin]) -> Type[Plugin]:
-    """Makes `plugin_class` the component's handler (one per plugin). Usable as a decorator."""
-    global _plugin_class
+def export(plugin_class: Optional[Type[Plugin]] = None, *, state: bool = False):
+    """Makes `plugin_class` the component's handler (one per plugin). Usable as a decorator, also
+    as `@export(state=True)`.
+
+    With `state=True` the plugin's attributes (`vars(self)`, less the names in its `transient`)
+    are its state. When the host unloads the idle plugin or swaps in a new version, they are saved
+    as JSON (so: dicts with string keys, lists, strings, numbers, booleans, None; a tuple comes
+    back a list); the next instance makes a fresh `plugin_class()`, sets them on it, then calls
+    `init` with the current config. So give kept attributes their first value in `__init__` (or as
+    class attributes), not in `init`, which runs again after every restore; `restored_from()`
+    says which version saved them. A state that cannot be restored (not a JSON object, or
+    `plugin_class()` raises) is reported by the host, which starts the plugin over with `init`.
+    """
+    if plugin_class is None:
+        return lambda cls: export(cls, state=state)
+    global _plugin_class, _keeps_state
     _plugin_class = plugin_class
+    _keeps_state = bool(state)
     return plugin_class
+
+
+def restored_from() -> Optional[str]:
+    """The version (the BLAKE3 hash of its wasm) of the instance whose state this one restored,
+    while and after `init` runs; None when it started without one. Equal to this instance's own
+    version after an idle unload, the predecessor's after a hot swap: compare it to migrate the
+    attributes of an older version."""
+    return _restored_from
 
 
 def _failure(e: BaseException) -> Err:
@@ -274,15 +306,17 @@ class Handler:
     """The `handler` export componentize-py calls; forwards to the exported `Plugin`."""
 
     def init(self, config: str) -> None:
-        global _instance
+        global _instance, _restored
         if _plugin_class is None:
             raise Err("no plugin exported: call wasmformer.export(MyPlugin) in the plugin module")
         try:
             parsed = _json.loads(config) if config.strip() else {}
         except ValueError as e:
             raise Err(f"plugin config is not JSON: {e}") from None
+        plugin, _restored = _restored, None
         try:
-            plugin = _plugin_class()
+            if plugin is None:
+                plugin = _plugin_class()
             plugin.init(parsed)
         except Exception as e:
             raise _failure(e) from None
@@ -308,3 +342,58 @@ class Handler:
             plugin.on_delete(Object._from_wit(obj), final_state_unknown)
         except Exception as e:
             raise _failure(e) from None
+
+
+class State:
+    """The `state` export componentize-py calls: the plugin's attributes as JSON, if it opted in
+    with `export(..., state=True)`; otherwise no state (empty), and a state handed over by a
+    previous version is ignored."""
+
+    def save_state(self) -> bytes:
+        if not _keeps_state or _instance is None:
+            return b""
+        kept = _kept(_instance)
+        try:
+            return _json.dumps(kept, separators=(",", ":")).encode()
+        except (TypeError, ValueError):
+            pass
+        # Name the attribute that is not JSON (this raise traps the call: the host reports it).
+        for name, value in kept.items():
+            try:
+                _json.dumps(value)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"{type(_instance).__name__}.{name} cannot be saved as JSON ({e}): "
+                    "list it in the plugin's `transient` to leave it out of the state"
+                ) from None
+        raise TypeError(f"{type(_instance).__name__}'s state cannot be saved as JSON")
+
+    def restore_state(self, state: bytes, from_version: str) -> None:
+        global _restored, _restored_from
+        if not _keeps_state or _plugin_class is None:
+            return
+        try:
+            attributes = _json.loads(state)
+        except ValueError as e:
+            raise Err(f"the saved state is not JSON: {e}") from None
+        if not isinstance(attributes, dict):
+            raise Err("the saved state is not a JSON object of attributes")
+        try:
+            plugin = _plugin_class()
+        except Exception as e:
+            raise _failure(e) from None
+        transient = _transient(_plugin_class)
+        vars(plugin).update((k, v) for k, v in attributes.items() if k not in transient)
+        _restored = plugin
+        _restored_from = from_version
+
+
+def _kept(plugin: Plugin) -> Dict[str, Any]:
+    """The attributes of `plugin` that are its state."""
+    transient = _transient(type(plugin))
+    return {k: v for k, v in vars(plugin).items() if k not in transient}
+
+
+def _transient(plugin_class: Type[Plugin]) -> set:
+    names = plugin_class.transient
+    return {names} if isinstance(names, str) else set(names)

@@ -2,14 +2,13 @@
 //
 // `loop*` spins forever, `grow*` allocates without bound, `raise*` throws, `open*` tries to read a
 // file, `flood*` logs far more than the host allows per call; any other object logs
-// `ok <name> call <n>`, where n counts this instance's calls (state kept between calls).
+// `ok <name> call <n>`, where n counts this instance's calls (state kept between calls; the plugin
+// does not opt in to keeping state, so an unload starts the count over).
 
 import { Plugin, exportPlugin, info } from "wasmformer";
 
 class Hostile extends Plugin {
-  init(config) {
-    this.calls = 0;
-  }
+  calls = 0;
 
   onAdd(obj, initial) {
     this.calls += 1;

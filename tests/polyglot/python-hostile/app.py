@@ -2,14 +2,15 @@
 
 `loop*` spins forever, `grow*` allocates without bound, `raise*` raises, `open*` tries to read a
 file, `flood*` logs far more than the host allows per call; any other object logs
-`ok <name> call <n>`, where n counts this instance's calls (state kept between calls).
+`ok <name> call <n>`, where n counts this instance's calls (state kept between calls; the plugin
+does not opt in to keeping state, so an unload starts the count over).
 """
 
 from wasmformer import Object, Plugin, export, info
 
 
 class Hostile(Plugin):
-    def init(self, config: dict) -> None:
+    def __init__(self) -> None:
         self.calls = 0
 
     def on_add(self, obj: Object, initial: bool) -> None:
