@@ -4,8 +4,13 @@ from wasmformer import Object, Plugin, export, info
 
 
 class {{class}}(Plugin):
-    def init(self, config: dict) -> None:
+    def __init__(self) -> None:
+        # First values go here, not in `init`: with `export({{class}}, state=True)` they are kept
+        # across idle unloads and hot swaps (the state is restored before `init` runs).
         self.seen = 0
+
+    def init(self, config: dict) -> None:
+        pass
 
     def on_add(self, obj: Object, initial: bool) -> None:
         self.seen += 1

@@ -3,9 +3,11 @@
 import { Plugin, exportPlugin, info } from "wasmformer";
 
 class {{class}} extends Plugin {
-  init(config) {
-    this.seen = 0;
-  }
+  // First values go here, not in `init`: with `exportPlugin({{class}}, { state: true })` they are
+  // kept across idle unloads and hot swaps (the state is restored before `init` runs).
+  seen = 0;
+
+  init(config) {}
 
   onAdd(obj, initial) {
     this.seen += 1;
