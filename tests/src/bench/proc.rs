@@ -99,45 +99,90 @@ pub struct Breakdown {
     /// Anonymous memory outside wasm reservations: malloc (cache, kube, tokio, wasmtime's
     /// metadata), thread stacks.
     pub heap: u64,
-    /// Anonymous mappings of at least 1 GiB: wasm linear memories and their guard reservations.
+    /// The pooling allocator's reservations (contiguous anonymous mappings of at least 1 GiB in
+    /// all, however wasmtime has split them): wasm linear memories, tables and instance data;
+    /// and the copy-on-write memory images (`memfd:wasm-memory-image`).
     pub wasm_memory: u64,
-    /// The compiled plugins, mapped from the compile cache.
+    /// The compiled plugins: wasmtime's copies of their code and read-only data (anonymous
+    /// executable or read-only mappings), or `.cwasm` files where mapped.
     pub wasm_code: u64,
     /// The executable and shared libraries.
     pub code: u64,
 }
 
+/// One mapping of `/proc/<pid>/smaps`.
+struct Mapping {
+    start: u64,
+    end: u64,
+    perms: String,
+    path: String,
+    rss: u64,
+}
+
 /// The RSS of `pid` by kind of mapping.
 pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
-    let mut breakdown = Breakdown::default();
-    let (mut size, mut path) = (0u64, String::new());
+    let mut mappings: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
         let first = fields.next().unwrap_or_default();
         if first.contains('-') && !first.ends_with(':') {
             let (start, end) = first.split_once('-').unwrap();
-            size = u64::from_str_radix(end, 16)
-                .unwrap_or(0)
-                .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
-            path = fields.nth(4).unwrap_or_default().to_owned();
-        } else if first == "Rss:" {
-            let rss = fields
+            mappings.push(Mapping {
+                start: u64::from_str_radix(start, 16).unwrap_or(0),
+                end: u64::from_str_radix(end, 16).unwrap_or(0),
+                perms: fields.next().unwrap_or_default().to_owned(),
+                path: fields.nth(3).unwrap_or_default().to_owned(),
+                rss: 0,
+            });
+        } else if first == "Rss:"
+            && let Some(mapping) = mappings.last_mut()
+        {
+            mapping.rss = fields
                 .next()
                 .and_then(|kb| kb.parse::<u64>().ok())
                 .unwrap_or(0)
                 * 1024;
-            let slot = if path.ends_with(".cwasm") {
-                &mut breakdown.wasm_code
-            } else if path.starts_with('/') {
-                &mut breakdown.code
-            } else if size >= 1 << 30 {
-                &mut breakdown.wasm_memory
-            } else {
-                &mut breakdown.heap
-            };
-            *slot += rss;
         }
+    }
+    mappings.sort_by_key(|m| m.start);
+    // Runs of adjacent anonymous data mappings (read-write or inaccessible): a run of 1 GiB or
+    // more is a pool reservation that wasmtime split by mapping slots into it.
+    let data = |m: &Mapping| m.path.is_empty() && matches!(m.perms.as_str(), "rw-p" | "---p");
+    let mut in_pool = vec![false; mappings.len()];
+    let mut run_start = 0;
+    for i in 0..=mappings.len() {
+        let continues = i < mappings.len()
+            && i > run_start
+            && data(&mappings[i])
+            && data(&mappings[i - 1])
+            && mappings[i - 1].end == mappings[i].start;
+        if continues {
+            continue;
+        }
+        if i > run_start
+            && data(&mappings[run_start])
+            && mappings[i - 1].end - mappings[run_start].start >= 1 << 30
+        {
+            in_pool[run_start..i].fill(true);
+        }
+        run_start = i;
+    }
+    let mut breakdown = Breakdown::default();
+    for (mapping, in_pool) in mappings.iter().zip(in_pool) {
+        let anonymous = mapping.path.is_empty();
+        let slot = if mapping.path.ends_with(".cwasm")
+            || (anonymous && !in_pool && matches!(mapping.perms.as_str(), "r-xp" | "r--p"))
+        {
+            &mut breakdown.wasm_code
+        } else if in_pool || mapping.path.starts_with("/memfd:wasm-memory-image") {
+            &mut breakdown.wasm_memory
+        } else if !anonymous && mapping.path.starts_with('/') {
+            &mut breakdown.code
+        } else {
+            &mut breakdown.heap
+        };
+        *slot += mapping.rss;
     }
     Ok(breakdown)
 }
