@@ -76,10 +76,14 @@ pub struct HostProcess {
 }
 
 impl HostProcess {
-    /// Starts `target/release/wasmformer run` against `kubeconfig`, with its compile cache in
-    /// `work/components` and its config in `work/host.yaml`; appends its log to `work/host.log`.
+    /// Starts `target/release/wasmformer run` (or `$WASMFORMER_BENCH_HOST`: another build, for a
+    /// quick try of a bench) against `kubeconfig`, with its compile cache in `work/components`
+    /// and its config in `work/host.yaml`; appends its log to `work/host.log`.
     pub fn start(work: &Path, kubeconfig: &Path, setup: HostSetup<'_>) -> Result<Self> {
-        let binary = repo_root().join("target/release/wasmformer");
+        let binary = std::env::var_os("WASMFORMER_BENCH_HOST").map_or_else(
+            || repo_root().join("target/release/wasmformer"),
+            PathBuf::from,
+        );
         ensure!(
             binary.exists(),
             "{} is missing: run `cargo build --release -p wasmformer`",
