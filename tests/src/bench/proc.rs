@@ -99,9 +99,9 @@ pub struct Breakdown {
     /// Anonymous memory outside wasm reservations: malloc (cache, kube, tokio, wasmtime's
     /// metadata), thread stacks.
     pub heap: u64,
-    /// The pooling allocator's reservations (contiguous anonymous mappings of at least 1 GiB in
-    /// all, however wasmtime has split them): wasm linear memories, tables and instance data;
-    /// and the copy-on-write memory images (`memfd:wasm-memory-image`).
+    /// The pooling allocator's reservations (mappings of at least 1 GiB: instance data and
+    /// tables) and its used memory slots (the accessible pages right below each slot's
+    /// reservation, the copy-on-write memory images included): wasm linear memories.
     pub wasm_memory: u64,
     /// The compiled plugins: wasmtime's copies of their code and read-only data (anonymous
     /// executable or read-only mappings), or `.cwasm` files where mapped.
@@ -122,6 +122,11 @@ struct Mapping {
 /// The RSS of `pid` by kind of mapping.
 pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    Ok(breakdown_of(&smaps))
+}
+
+/// The RSS of the mappings of a `/proc/<pid>/smaps` text by kind.
+fn breakdown_of(smaps: &str) -> Breakdown {
     let mut mappings: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
@@ -146,27 +151,28 @@ pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
         }
     }
     mappings.sort_by_key(|m| m.start);
-    // Runs of adjacent anonymous data mappings (read-write or inaccessible): a run of 1 GiB or
-    // more is a pool reservation that wasmtime split by mapping slots into it.
-    let data = |m: &Mapping| m.path.is_empty() && matches!(m.perms.as_str(), "rw-p" | "---p");
-    let mut in_pool = vec![false; mappings.len()];
-    let mut run_start = 0;
-    for i in 0..=mappings.len() {
-        let continues = i < mappings.len()
-            && i > run_start
-            && data(&mappings[i])
-            && data(&mappings[i - 1])
-            && mappings[i - 1].end == mappings[i].start;
-        if continues {
+    // wasmtime's pooling allocator reserves each slot's address space at once; a used memory
+    // slot is its accessible pages (anonymous read-write, with the memory image mapped at the
+    // start) right below the rest of its reservation (inaccessible, at least 1 GiB). A glibc
+    // arena starts with its used pages and ends with its reserve: one right above or below a
+    // reservation is not taken for a slot (unless it has grown to its full 64 MiB).
+    let image = |m: &Mapping| m.path.starts_with("/memfd:wasm-memory-image");
+    let big = |m: &Mapping| m.end - m.start >= 1 << 30;
+    let mut in_pool: Vec<bool> = mappings.iter().map(|m| big(m) || image(m)).collect();
+    for i in 0..mappings.len() {
+        if !(big(&mappings[i]) && mappings[i].perms == "---p") {
             continue;
         }
-        if i > run_start
-            && data(&mappings[run_start])
-            && mappings[i - 1].end - mappings[run_start].start >= 1 << 30
+        let mut j = i;
+        while j > 0
+            && mappings[j - 1].end == mappings[j].start
+            && !big(&mappings[j - 1])
+            && (image(&mappings[j - 1])
+                || (mappings[j - 1].path.is_empty() && mappings[j - 1].perms == "rw-p"))
         {
-            in_pool[run_start..i].fill(true);
+            in_pool[j - 1] = true;
+            j -= 1;
         }
-        run_start = i;
     }
     let mut breakdown = Breakdown::default();
     for (mapping, in_pool) in mappings.iter().zip(in_pool) {
@@ -175,7 +181,7 @@ pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
             || (anonymous && !in_pool && matches!(mapping.perms.as_str(), "r-xp" | "r--p"))
         {
             &mut breakdown.wasm_code
-        } else if in_pool || mapping.path.starts_with("/memfd:wasm-memory-image") {
+        } else if in_pool {
             &mut breakdown.wasm_memory
         } else if !anonymous && mapping.path.starts_with('/') {
             &mut breakdown.code
@@ -184,7 +190,7 @@ pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
         };
         *slot += mapping.rss;
     }
-    Ok(breakdown)
+    breakdown
 }
 
 /// Polls `VmRSS` of a process every 10 ms and keeps the maximum.
@@ -245,4 +251,54 @@ pub fn stop_child(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One mapping of an smaps text: `start` and `size` in KiB, its RSS in KiB.
+    fn mapping(start: u64, size: u64, perms: &str, path: &str, rss: u64) -> String {
+        format!(
+            "{:x}-{:x} {perms} 00000000 00:00 0 {path}\nSize: {size} kB\nRss: {rss} kB\n",
+            start * 1024,
+            (start + size) * 1024
+        )
+    }
+
+    #[test]
+    fn wasm_slots_code_and_arenas_are_told_apart() {
+        const GIB: u64 = 1 << 20;
+        let smaps = [
+            // A thread stack and its guard page.
+            mapping(0, 4, "---p", "", 0),
+            mapping(4, 2048, "rw-p", "", 16),
+            // The pool: a slot (stack pages, memory image, heap pages, reserve) ...
+            mapping(GIB, 32_768, "---p", "", 0),
+            mapping(GIB + 32_768, 1024, "rw-p", "", 4),
+            mapping(
+                GIB + 33_792,
+                36,
+                "rw-p",
+                "/memfd:wasm-memory-image (deleted)",
+                36,
+            ),
+            mapping(GIB + 33_828, 28, "rw-p", "", 8),
+            mapping(GIB + 33_856, 4 * GIB, "---p", "", 0),
+            // ... then a glibc arena right above the reservation: the cache.
+            mapping(5 * GIB + 33_856, 30_000, "rw-p", "", 30_000),
+            mapping(5 * GIB + 63_856, 35_000, "---p", "", 0),
+            // A compiled plugin: code and read-only data.
+            mapping(8 * GIB, 300, "r-xp", "", 300),
+            mapping(8 * GIB + 300, 216, "r--p", "", 216),
+            // The executable.
+            mapping(9 * GIB, 20_000, "r-xp", "/usr/bin/wasmformer", 20_000),
+        ]
+        .concat();
+        let b = breakdown_of(&smaps);
+        assert_eq!(b.wasm_memory, (4 + 36 + 8) * 1024);
+        assert_eq!(b.heap, (16 + 30_000) * 1024);
+        assert_eq!(b.wasm_code, (300 + 216) * 1024);
+        assert_eq!(b.code, 20_000 * 1024);
+    }
 }
