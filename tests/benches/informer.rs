@@ -1085,7 +1085,7 @@ fn print_report(
 
     println!("\n### What the wasmformer host's RSS is made of\n");
     println!(
-        "From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: the pooling allocator's reservations (contiguous anonymous mappings of ≥ 1 GiB: the plugin instance's linear memory; only touched pages count) and memory images. Compiled plugin: wasmtime's copy of its code and read-only data. Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n"
+        "From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: the pooling allocator's memory slots (the plugin instance's linear memory, only touched pages count, with its memory image) and its instance and table reservations. Compiled plugin: wasmtime's copy of its code and read-only data. Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n"
     );
     println!(
         "| Pods | RSS | heap | wasm memories | compiled plugin | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |"
