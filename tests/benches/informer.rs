@@ -38,30 +38,33 @@
 //! report says so.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use serde_json::{Value, json};
 use wasmformer::cache::CachedObject;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LogLine, LogObserver, PluginEngine};
 use wasmformer::runtime::{Runtime, RuntimeOptions};
-use wasmformer_tests::apiserver::{KubeApiserver, harness_binaries};
-use wasmformer_tests::{guests, realistic_pod, repo_root};
+use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::bench::host::{HostProcess, HostSetup};
+use wasmformer_tests::bench::peer::InformerPeer;
+use wasmformer_tests::bench::pods::{PodFactory, PodTimes, create_pods, index_of, name_of};
+use wasmformer_tests::bench::proc::{
+    Breakdown, PeakSampler, ProcMem, proc_mem, reset_peak, smaps_breakdown, steady_rss,
+};
+use wasmformer_tests::bench::units::{MIB, kib, mib, ms, p50_p99};
+use wasmformer_tests::guests;
 
-/// Prefix of every Pod name; the index follows (the fixture's name has the same shape).
-const NAME_PREFIX: &str = "web-frontend-7d9f8b6c5d-";
 /// What a count is lowered to when creating up to it would exceed the budget.
 const FALLBACK_COUNT: usize = 50_000;
-const MIB: f64 = 1024.0 * 1024.0;
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -122,524 +125,6 @@ impl Options {
             "--concurrency and --namespaces must be positive"
         );
         Ok(options)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Pods and their creation
-
-/// Makes the benchmark's Pods from the realistic fixture.
-struct PodFactory {
-    template: Pod,
-    status: Value,
-    namespaces: Vec<String>,
-}
-
-impl PodFactory {
-    fn new(namespaces: Vec<String>) -> Self {
-        let mut pod = realistic_pod();
-        let status = pod
-            .as_object_mut()
-            .unwrap()
-            .remove("status")
-            .expect("the fixture has a status");
-        let metadata = pod["metadata"].as_object_mut().unwrap();
-        for field in [
-            "resourceVersion",
-            "uid",
-            "creationTimestamp",
-            "managedFields",
-            "namespace",
-        ] {
-            metadata.remove(field);
-        }
-        Self {
-            template: serde_json::from_value(pod).expect("the fixture is a Pod"),
-            status: json!({ "status": status }),
-            namespaces,
-        }
-    }
-
-    fn namespace(&self, i: usize) -> &str {
-        &self.namespaces[i % self.namespaces.len()]
-    }
-
-    fn pod(&self, i: usize) -> Pod {
-        let mut pod = self.template.clone();
-        pod.metadata.name = Some(name_of(i));
-        pod
-    }
-}
-
-fn name_of(i: usize) -> String {
-    format!("{NAME_PREFIX}{i:06}")
-}
-
-fn index_of(name: &str) -> Option<usize> {
-    name.strip_prefix(NAME_PREFIX)?.parse().ok()
-}
-
-/// When each request of one Pod was sent and answered.
-#[derive(Debug, Clone, Copy)]
-struct PodTimes {
-    create_sent: Instant,
-    create_done: Instant,
-    status_sent: Instant,
-    status_done: Instant,
-}
-
-/// Retries a request a few times on errors that a loaded server may give (timeouts, 429, 5xx).
-async fn with_retries<T, F: std::future::Future<Output = kube::Result<T>>>(
-    mut request: impl FnMut() -> F,
-) -> Result<T> {
-    let mut attempt = 0;
-    loop {
-        match request().await {
-            Ok(v) => return Ok(v),
-            Err(e)
-                if attempt < 5
-                    && !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 422 || s.code == 403) =>
-            {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Creates Pods `range` (and patches in their status) with `concurrency` requests in flight.
-async fn create_pods(
-    client: &kube::Client,
-    factory: &Arc<PodFactory>,
-    range: std::ops::Range<usize>,
-    concurrency: usize,
-) -> Result<Vec<PodTimes>> {
-    let next = Arc::new(AtomicUsize::new(range.start));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let (client, factory, next, end) =
-            (client.clone(), factory.clone(), next.clone(), range.end);
-        tasks.push(tokio::spawn(async move {
-            let mut done = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= end {
-                    return Ok::<_, anyhow::Error>(done);
-                }
-                let api: Api<Pod> = Api::namespaced(client.clone(), factory.namespace(i));
-                let pod = factory.pod(i);
-                let (post, patch, status) = (
-                    PostParams::default(),
-                    PatchParams::default(),
-                    Patch::Merge(&factory.status),
-                );
-                let create_sent = Instant::now();
-                with_retries(|| api.create(&post, &pod))
-                    .await
-                    .with_context(|| format!("create pod {i}"))?;
-                let create_done = Instant::now();
-                let name = name_of(i);
-                let status_sent = Instant::now();
-                with_retries(|| api.patch_status(&name, &patch, &status))
-                    .await
-                    .with_context(|| format!("patch the status of pod {i}"))?;
-                done.push((
-                    i,
-                    PodTimes {
-                        create_sent,
-                        create_done,
-                        status_sent,
-                        status_done: Instant::now(),
-                    },
-                ));
-            }
-        }));
-    }
-    let mut times: Vec<Option<PodTimes>> = vec![None; range.len()];
-    for task in tasks {
-        for (i, t) in task.await??.into_iter() {
-            times[i - range.start] = Some(t);
-        }
-    }
-    Ok(times
-        .into_iter()
-        .map(|t| t.expect("every pod was created"))
-        .collect())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Processes: memory, the wasmformer host, the client-go informer
-
-/// `VmRSS` and `VmHWM` of a process, in bytes.
-#[derive(Debug, Clone, Copy, Default)]
-struct ProcMem {
-    rss: u64,
-    hwm: u64,
-}
-
-fn proc_mem(pid: u32) -> Result<ProcMem> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map_or(0, |kb| kb * 1024)
-    };
-    Ok(ProcMem {
-        rss: field("VmRSS:"),
-        hwm: field("VmHWM:"),
-    })
-}
-
-/// Resets `VmHWM` to the current RSS (`echo 5 > /proc/PID/clear_refs`).
-fn reset_peak(pid: u32) -> Result<()> {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
-        .with_context(|| format!("reset the peak RSS of {pid}"))
-}
-
-/// RSS of the host by kind of mapping (from `/proc/<pid>/smaps`), in bytes.
-#[derive(Debug, Clone, Copy, Default)]
-struct Breakdown {
-    /// Anonymous memory outside wasm reservations: malloc (cache, kube, tokio, wasmtime's
-    /// metadata), thread stacks.
-    heap: u64,
-    /// Anonymous mappings of at least 1 GiB: wasm linear memories and their guard reservations.
-    wasm_memory: u64,
-    /// The compiled plugin, mapped from the compile cache.
-    wasm_code: u64,
-    /// The executable and shared libraries.
-    code: u64,
-}
-
-fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
-    let mut breakdown = Breakdown::default();
-    let (mut size, mut path) = (0u64, String::new());
-    for line in smaps.lines() {
-        let mut fields = line.split_whitespace();
-        let first = fields.next().unwrap_or_default();
-        if first.contains('-') && !first.ends_with(':') {
-            let (start, end) = first.split_once('-').unwrap();
-            size = u64::from_str_radix(end, 16)
-                .unwrap_or(0)
-                .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
-            path = fields.nth(4).unwrap_or_default().to_owned();
-        } else if first == "Rss:" {
-            let rss = fields
-                .next()
-                .and_then(|kb| kb.parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024;
-            let slot = if path.ends_with(".cwasm") {
-                &mut breakdown.wasm_code
-            } else if path.starts_with('/') {
-                &mut breakdown.code
-            } else if size >= 1 << 30 {
-                &mut breakdown.wasm_memory
-            } else {
-                &mut breakdown.heap
-            };
-            *slot += rss;
-        }
-    }
-    Ok(breakdown)
-}
-
-/// Polls `VmRSS` of a process every 10 ms and keeps the maximum.
-struct PeakSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
-}
-
-impl PeakSampler {
-    fn start(pid: u32) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut peak = 0;
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok(mem) = proc_mem(pid) {
-                    peak = peak.max(mem.rss);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            peak
-        });
-        Self { stop, thread }
-    }
-
-    fn finish(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("sampler thread")
-    }
-}
-
-/// The median `VmRSS` of five samples 400 ms apart.
-fn steady_rss(pid: u32) -> Result<u64> {
-    let mut samples = Vec::new();
-    for _ in 0..5 {
-        samples.push(proc_mem(pid)?.rss);
-        std::thread::sleep(Duration::from_millis(400));
-    }
-    samples.sort();
-    Ok(samples[2])
-}
-
-fn stop_child(child: &mut Child) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET path` over HTTP/1.1; the status code and body.
-fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP response")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
-}
-
-/// `wasmformer run` with one plugin on every Pod.
-struct HostProcess {
-    child: Child,
-    admin: SocketAddr,
-    started: Instant,
-}
-
-impl HostProcess {
-    fn start(work: &Path, kubeconfig: &Path, wasm: &str) -> Result<Self> {
-        let binary = repo_root().join("target/release/wasmformer");
-        ensure!(
-            binary.exists(),
-            "{} is missing: run `cargo build --release -p wasmformer`",
-            binary.display()
-        );
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
-        let config = work.join("host.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "cluster:\n  kubeconfig: {}\nhost:\n  adminAddress: {admin}\n  watchConfig: false\nplugins:\n  - name: pods\n    wasm: {wasm}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n",
-                kubeconfig.display()
-            ),
-        )?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(work.join("host.log"))?;
-        let started = Instant::now();
-        let child = Command::new(binary)
-            .arg("--cache-dir")
-            .arg(work.join("components"))
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("start wasmformer run")?;
-        Ok(Self {
-            child,
-            admin,
-            started,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for `/readyz`; the time since the start.
-    fn wait_ready(&mut self, timeout: Duration) -> Result<Duration> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok((200, _)) = http_get(self.admin, "/readyz") {
-                return Ok(self.started.elapsed());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("wasmformer run exited ({status}) before it was ready");
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "wasmformer run not ready after {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The Pod informer's `events`, `relists`, `objects` counters and list strategy, from `/status`.
-    fn informer(&self) -> Result<(u64, u64, u64, String)> {
-        let (_, body) = http_get(self.admin, "/status")?;
-        let status: Value = serde_json::from_str(&body).context("parse /status")?;
-        let informer = &status["informers"][0];
-        ensure!(informer.is_object(), "no informer in /status: {body}");
-        let number = |field: &str| informer[field].as_u64().unwrap_or(0);
-        let strategy = informer["listStrategy"].as_str().unwrap_or("?");
-        Ok((
-            number("events"),
-            number("relists"),
-            number("objects"),
-            strategy.to_owned(),
-        ))
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        stop_child(&mut self.child);
-    }
-}
-
-/// What the client-go informer printed so far.
-#[derive(Default)]
-struct GoState {
-    adds: usize,
-    updates: usize,
-    synced: bool,
-    /// `rssBytes`, `objects`, `heapInuseBytes` of its last stats line.
-    stats: Option<(u64, usize, u64)>,
-    /// Event lines with the instant they were read, while recording.
-    recorded: Option<Vec<(Instant, String)>>,
-}
-
-/// The client-go informer program on every Pod.
-struct GoInformer {
-    child: Child,
-    state: Arc<Mutex<GoState>>,
-    started: Instant,
-}
-
-impl GoInformer {
-    fn start(kubeconfig: &Path, record: bool) -> Result<Self> {
-        let started = Instant::now();
-        let mut child = Command::new(harness_binaries().join("informer"))
-            .args([
-                "--kubeconfig",
-                kubeconfig.to_str().unwrap(),
-                "--resource",
-                "pods",
-                "--stats-every",
-                "1s",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start the client-go informer")?;
-        let state = Arc::new(Mutex::new(GoState {
-            recorded: record.then(Vec::new),
-            ..GoState::default()
-        }));
-        let (stdout, shared) = (child.stdout.take().unwrap(), state.clone());
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let read_at = Instant::now();
-                let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                let mut state = shared.lock().unwrap();
-                match v["event"].as_str() {
-                    Some("add") => state.adds += 1,
-                    Some("update") => state.updates += 1,
-                    Some("synced") => state.synced = true,
-                    Some("stats") => {
-                        let n = |f: &str| v[f].as_u64().unwrap_or(0);
-                        state.stats =
-                            Some((n("rssBytes"), n("objects") as usize, n("heapInuseBytes")));
-                        continue;
-                    }
-                    _ => {}
-                }
-                if let Some(recorded) = &mut state.recorded {
-                    recorded.push((read_at, line));
-                }
-            }
-        });
-        Ok(Self {
-            child,
-            state,
-            started,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&GoState) -> T) -> T {
-        f(&self.state.lock().unwrap())
-    }
-
-    /// Waits until `done` holds of what it printed; the time since its start.
-    fn wait(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        done: impl Fn(&GoState) -> bool,
-    ) -> Result<Duration> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.with(&done) {
-                return Ok(self.started.elapsed());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("the client-go informer exited ({status}) while waiting for {what}");
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the client-go informer: no {what} after {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for GoInformer {
-    fn drop(&mut self) {
-        stop_child(&mut self.child);
     }
 }
 
@@ -772,39 +257,6 @@ fn start_runtime(
         );
         Ok((runtime, started.elapsed()))
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Measurements
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-/// p50 and p99 of `values`.
-fn p50_p99(mut values: Vec<Duration>) -> (Duration, Duration) {
-    values.sort();
-    (percentile(&values, 0.5), percentile(&values, 0.99))
-}
-
-fn ms(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 {
-        format!("{ms:.2} ms")
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.0} MiB", bytes as f64 / MIB)
-}
-
-fn kib(bytes: f64) -> String {
-    format!("{:.1} KiB", bytes / 1024.0)
 }
 
 /// The live-stream results.
@@ -1014,7 +466,7 @@ impl Bench {
             &probe,
             &self.work.path().join("components"),
         )?;
-        let mut go = GoInformer::start(&self.kubeconfig(), true)?;
+        let mut go = InformerPeer::client_go(&self.kubeconfig(), true)?;
         go.wait("synced", Duration::from_secs(120), |s| s.synced)?;
         probe.recording.store(true, Ordering::Relaxed);
         eprintln!("live stream: creating {pods} Pods while three plugins and client-go watch");
@@ -1038,7 +490,7 @@ impl Bench {
             lines.into_iter().map(|(_, at, line)| (at, line)),
             PLUGINS.len(),
         );
-        let recorded = go.state.lock().unwrap().recorded.take().unwrap_or_default();
+        let recorded = go.take_recorded();
         let theirs = stream(&times, first, recorded.into_iter(), 1);
         let create_latency = p50_p99(
             times
@@ -1065,10 +517,10 @@ impl Bench {
         let mut host = HostProcess::start(
             self.work.path(),
             &self.gated_kubeconfig,
-            guests::BENCH_EMPTY,
+            HostSetup::one_plugin(guests::BENCH_EMPTY),
         )?;
         let host_sync = host.wait_ready(timeout)?;
-        let mut go = GoInformer::start(&self.gated_kubeconfig, false)?;
+        let mut go = InformerPeer::client_go(&self.gated_kubeconfig, false)?;
         let go_sync = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
         eprintln!(
             "{pods} Pods: wasmformer ready after {:.1} s, client-go after {:.1} s",
@@ -1126,7 +578,7 @@ impl Bench {
     fn relist(
         &mut self,
         host: &mut HostProcess,
-        go: &mut GoInformer,
+        go: &mut InformerPeer,
         events_before: u64,
     ) -> Result<Relist> {
         let pods = self.created as u64;
@@ -1293,20 +745,8 @@ fn main() -> Result<()> {
     let namespaces: Vec<String> = (0..options.namespaces)
         .map(|i| format!("bench-{i}"))
         .collect();
-    client_rt.block_on(async {
-        let api: Api<Namespace> = Api::all(client.clone());
-        for name in &namespaces {
-            let ns = Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            api.create(&PostParams::default(), &ns).await?;
-        }
-        anyhow::Ok(())
-    })?;
+    let factory = Arc::new(PodFactory::new(namespaces));
+    client_rt.block_on(factory.create_namespaces(&client))?;
     let gate = Arc::new(Gate::default());
     let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse()?;
     let gate_port = client_rt.block_on(gate.serve(upstream))?;
@@ -1325,7 +765,7 @@ fn main() -> Result<()> {
         ),
     )?;
     let mut bench = Bench {
-        factory: Arc::new(PodFactory::new(namespaces)),
+        factory,
         options,
         work,
         gate,
@@ -1351,7 +791,7 @@ fn main() -> Result<()> {
     HostProcess::start(
         bench.work.path(),
         &bench.gated_kubeconfig,
-        guests::BENCH_EMPTY,
+        HostSetup::one_plugin(guests::BENCH_EMPTY),
     )?
     .wait_ready(Duration::from_secs(120))?;
     let baseline = bench.memory(false)?;
@@ -1464,7 +904,7 @@ impl Bench {
         };
         let informer = subscription.informer().clone();
         host_rt.block_on(informer.wait_synced());
-        let mut go = GoInformer::start(&self.gated_kubeconfig, true)?;
+        let mut go = InformerPeer::client_go(&self.gated_kubeconfig, true)?;
         go.wait("synced", Duration::from_secs(120), |s| s.synced)?;
         let mut measured = Vec::new();
         for run in 0..runs {
@@ -1645,10 +1085,10 @@ fn print_report(
 
     println!("\n### What the wasmformer host's RSS is made of\n");
     println!(
-        "From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: anonymous mappings of ≥ 1 GiB (the plugin instance's linear memory; only touched pages count). Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n"
+        "From `/proc/<pid>/smaps`. Heap: anonymous memory (malloc: the cache, kube/hyper/tokio buffers, wasmtime's runtime data; thread stacks). Wasm memories: the pooling allocator's memory slots (the plugin instance's linear memory, only touched pages count, with its memory image) and its instance and table reservations. Compiled plugin: wasmtime's copy of its code and read-only data. Cache bodies: N × the compact body the cache keeps for one stored Pod ({body} B; with managedFields {full} B); cache estimate: N × `CachedObject::heap_size` ({heap} B, body + identity + labels).\n"
     );
     println!(
-        "| Pods | RSS | heap | wasm memories | compiled plugin (mapped) | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |"
+        "| Pods | RSS | heap | wasm memories | compiled plugin | executable + libs | cache bodies | cache estimate | heap − cache estimate − heap at 0 |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in rows {

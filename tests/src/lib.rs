@@ -2,6 +2,7 @@
 //! and `tests/guests/` (by this crate's `build.rs`), and helpers to make objects.
 
 pub mod apiserver;
+pub mod bench;
 pub mod image;
 pub mod registry;
 pub mod writer;
