@@ -80,6 +80,7 @@ impl DispatchedPlugin {
         status.contract(instance.plugin().contract());
         status.instance(true, None);
         metrics.loaded(true);
+        metrics.activated(0);
         // Handled kinds first, then `reconcile.owns`/`watches` kinds (the worker tells them
         // apart by their subscription id).
         let subscriptions = handled

@@ -272,16 +272,15 @@ impl PluginMetrics {
             .set(i64::from(loaded));
     }
 
-    /// Counts `n` instances created again after the plugin was unloaded.
+    /// Counts `n` instances created again after the plugin was unloaded (`0`: the series
+    /// exists from the plugin's start, as Prometheus wants a counter).
     pub fn activated(&self, n: u64) {
-        if n > 0 {
-            self.families
-                .activations
-                .get_or_create(&PluginLabel {
-                    plugin: self.name.clone(),
-                })
-                .inc_by(n);
-        }
+        self.families
+            .activations
+            .get_or_create(&PluginLabel {
+                plugin: self.name.clone(),
+            })
+            .inc_by(n);
     }
 
     /// The handle the plugin's lister import counts its calls with.
