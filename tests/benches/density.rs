@@ -33,7 +33,8 @@
 //!
 //! `cargo bench -p wasmformer-tests --bench density [-- --pods 10000 --plugins 1,10,100,1000
 //! --client-go 1,10 --updates 1000 --probes 30 --settle 5 --concurrency 16 --namespaces 4
-//! --logs DIR]` (`--logs`: keep each host's log). Needs `target/release/wasmformer`.
+//! --logs DIR --unload-after SECONDS]` (`--logs`: keep each host's log; `--unload-after`: also measure
+//! every N with `lifecycle: {unloadAfter}`, its plugins unloaded). Needs `target/release/wasmformer`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Seek};
@@ -75,6 +76,8 @@ struct Options {
     concurrency: usize,
     namespaces: usize,
     logs: Option<PathBuf>,
+    /// `--unload-after SECONDS`: also measure every N with `lifecycle: {unloadAfter}`.
+    unload_after: Option<Duration>,
 }
 
 fn counts(text: &str) -> Result<Vec<usize>> {
@@ -101,6 +104,7 @@ impl Options {
             concurrency: 16,
             namespaces: 4,
             logs: None,
+            unload_after: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -115,6 +119,9 @@ impl Options {
                 "--concurrency" => options.concurrency = value()?.parse()?,
                 "--namespaces" => options.namespaces = value()?.parse()?,
                 "--logs" => options.logs = Some(PathBuf::from(value()?)),
+                "--unload-after" => {
+                    options.unload_after = Some(Duration::from_secs_f64(value()?.parse()?))
+                }
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -137,15 +144,16 @@ impl Options {
 // ---------------------------------------------------------------------------------------------
 // What is measured
 
-/// How the measured hosts run their plugins. Every plugin stays loaded today; an option such as
-/// `--unload-after 1s` would add a variant whose plugin entries carry
-/// `lifecycle: {unloadAfter: 1s}`, measured for each N like this one, and [`print_report`]
-/// prints one RSS column per variant ("RSS with idle plugins unloaded").
+/// How the measured hosts run their plugins: every plugin loaded, or (`--unload-after`) with
+/// `lifecycle: {unloadAfter}`, measured once every plugin is unloaded, and with each latency
+/// probe sent to unloaded plugins. [`print_report`] prints one RSS column per variant.
 struct Variant {
     /// The heading of its RSS column.
     label: &'static str,
     /// Extra YAML of each plugin entry, indented by four spaces (empty for none).
     plugin_fields: String,
+    /// `lifecycle.unloadAfter`, if the plugins unload.
+    unload_after: Option<Duration>,
 }
 
 /// Memory and threads of a process, or summed over a few.
@@ -487,6 +495,14 @@ impl Bench {
             ready.as_secs_f64()
         );
         std::thread::sleep(self.options.settle);
+        if variants[variant].unload_after.is_some() {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while counter(&scrape(&host)?, "wasmformer_plugin_loaded", &[]) > 0 {
+                ensure!(Instant::now() < deadline, "the plugins did not unload");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            eprintln!("{plugins} plugins: every plugin unloaded");
+        }
         let footprint = Footprint::of(&[host.pid()])?;
         let breakdown = smaps_breakdown(host.pid())?;
         eprintln!(
@@ -523,6 +539,10 @@ impl Bench {
         // Latency: one probe update at a time.
         let (mut each, mut all) = (Vec::new(), Vec::new());
         for _ in 0..self.options.probes {
+            if let Some(after) = variants[variant].unload_after {
+                // Every plugin unloaded again before the probe reaches it.
+                std::thread::sleep(after + Duration::from_millis(500));
+            }
             let sent = SystemTime::now();
             let version = self.update(vec![PROBE])?.remove(0);
             let seen = tail.wait_for(&version, plugins, Duration::from_secs(300))?;
@@ -654,6 +674,15 @@ impl Variant {
         Self {
             label: "RSS (every plugin loaded)",
             plugin_fields: String::new(),
+            unload_after: None,
+        }
+    }
+
+    fn unloaded(after: Duration) -> Self {
+        Self {
+            label: "RSS with idle plugins unloaded",
+            plugin_fields: format!("    lifecycle: {{unloadAfter: {}ms}}\n", after.as_millis()),
+            unload_after: Some(after),
         }
     }
 }
@@ -713,7 +742,8 @@ fn main() -> Result<()> {
     ));
     bench.record_load("Pods created");
 
-    let variants = vec![Variant::loaded()];
+    let mut variants = vec![Variant::loaded()];
+    variants.extend(bench.options.unload_after.map(Variant::unloaded));
     let mut hosts = Vec::new();
     for n in bench.options.plugins.clone() {
         for variant in 0..variants.len() {
@@ -833,6 +863,44 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             row.failed,
             row.coalesced
         );
+    }
+
+    let unloaded: Vec<&HostRow> = hosts.iter().filter(|r| r.variant == 1).collect();
+    if let (Some(first_unloaded), Some(after)) = (unloaded.first(), options.unload_after) {
+        println!(
+            "\n### With idle plugins unloaded (`lifecycle: {{unloadAfter: {}ms}}`)\n",
+            after.as_millis()
+        );
+        println!(
+            "Measured as above, once `wasmformer_plugin_loaded` is 0 for every plugin. CPU phase: the updates reach unloaded plugins, which are loaded again for them. Latency: before each probe update the bench waits {} ms, so every plugin is unloaded when it arrives (instantiate, `init`, then the call).\n",
+            (after + Duration::from_millis(500)).as_millis()
+        );
+        println!(
+            "| N plugins | RSS, unloaded | per extra unloaded plugin | threads | CPU per handler call | update → handled p50 | p99 | update → last plugin p50 | p99 | calls not ok |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &unloaded {
+            let per_plugin = if row.plugins > first_unloaded.plugins {
+                kib(
+                    (row.footprint.rss as f64 - first_unloaded.footprint.rss as f64)
+                        / (row.plugins - first_unloaded.plugins) as f64,
+                )
+            } else {
+                "—".into()
+            };
+            println!(
+                "| {} | {} | {per_plugin} | {} | {} | {} | {} | {} | {} | {} |",
+                row.plugins,
+                mib(row.footprint.rss),
+                row.footprint.threads,
+                us(row.cpu.per_call()),
+                ms(row.latency.each.0),
+                ms(row.latency.each.1),
+                ms(row.latency.all.0),
+                ms(row.latency.all.1),
+                row.failed
+            );
+        }
     }
 
     println!("\n### The peers: one informer process per controller\n");
@@ -974,9 +1042,41 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             last.plugins,
         );
     }
-    println!(
-        "| an idle plugin ≤ 16 KiB unloaded | not measured: plugins cannot be unloaded on this build (`lifecycle.unloadAfter`) | — |"
-    );
+    let unloaded: Vec<&HostRow> = hosts.iter().filter(|r| r.variant == 1).collect();
+    match (unloaded.first(), unloaded.last()) {
+        (Some(first), Some(last)) if last.plugins > first.plugins => {
+            let per_plugin = (last.footprint.rss as f64 - first.footprint.rss as f64)
+                / (last.plugins - first.plugins) as f64;
+            println!(
+                "| an idle plugin ≤ 16 KiB unloaded | {} per extra unloaded plugin (N = {} → {}) | {} |",
+                kib(per_plugin),
+                first.plugins,
+                last.plugins,
+                if per_plugin <= 16.0 * 1024.0 {
+                    "yes"
+                } else {
+                    "no"
+                }
+            );
+            let p99 = unloaded
+                .iter()
+                .map(|r| r.latency.each.1)
+                .max()
+                .unwrap_or_default();
+            println!(
+                "| p99 of an event to an unloaded plugin ≤ 5 ms (idle host) | {} (the worst N; the API server's write and watch included) | {} |",
+                ms(p99),
+                if p99 <= Duration::from_millis(5) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            );
+        }
+        _ => println!(
+            "| an idle plugin ≤ 16 KiB unloaded | not measured (run with --unload-after and two N) | — |"
+        ),
+    }
 
     let loads: Vec<String> = bench
         .loads
