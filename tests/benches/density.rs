@@ -51,7 +51,8 @@ use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
 use wasmformer_tests::bench::pods::{PodFactory, create_pods, label_pods, name_of};
 use wasmformer_tests::bench::proc::{
-    Breakdown, cpu_time, pss, smaps_breakdown, steady_rss, threads,
+    Breakdown, cpu_time, load_average, print_loads_and_notes, pss, smaps_breakdown, steady_rss,
+    threads,
 };
 use wasmformer_tests::bench::units::{kib, mib, ms, p50_p99};
 use wasmformer_tests::{guests, with_custom_section};
@@ -391,12 +392,7 @@ fn plugin_name(i: usize) -> String {
 
 impl Bench {
     fn record_load(&mut self, phase: impl Into<String>) {
-        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        let load = load
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ");
+        let load = load_average();
         eprintln!("load average {load}");
         self.loads.push((phase.into(), load));
     }
@@ -814,12 +810,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
                     .map_or("—".into(), |r| mib(r.footprint.rss))
             })
             .collect();
-        let per_plugin = if row.plugins > first.plugins {
-            kib((row.footprint.rss as f64 - first.footprint.rss as f64)
-                / (row.plugins - first.plugins) as f64)
-        } else {
-            "—".into()
-        };
+        let per_plugin = rss_per_extra_plugin(first, row).map_or("—".into(), kib);
         let b = row.breakdown;
         println!(
             "| {} | {:.1} s | {} | {} | {per_plugin} | {} | {} | {} | {} | {} |",
@@ -880,14 +871,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &unloaded {
-            let per_plugin = if row.plugins > first_unloaded.plugins {
-                kib(
-                    (row.footprint.rss as f64 - first_unloaded.footprint.rss as f64)
-                        / (row.plugins - first_unloaded.plugins) as f64,
-                )
-            } else {
-                "—".into()
-            };
+            let per_plugin = rss_per_extra_plugin(first_unloaded, row).map_or("—".into(), kib);
             println!(
                 "| {} | {} | {per_plugin} | {} | {} | {} | {} | {} | {} | {} |",
                 row.plugins,
@@ -1007,9 +991,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
         None => println!("| N = 1000: ≤ 512 MiB in all | not measured (--plugins) | — |"),
     }
     let last = loaded[loaded.len() - 1];
-    if last.plugins > first.plugins {
-        let per_plugin = (last.footprint.rss as f64 - first.footprint.rss as f64)
-            / (last.plugins - first.plugins) as f64;
+    if let Some(per_plugin) = rss_per_extra_plugin(first, last) {
         println!(
             "| an idle Rust plugin ≤ 256 KiB resident while loaded | {} per extra plugin (N = {} → {}) | {} |",
             kib(per_plugin),
@@ -1042,11 +1024,9 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             last.plugins,
         );
     }
-    let unloaded: Vec<&HostRow> = hosts.iter().filter(|r| r.variant == 1).collect();
     match (unloaded.first(), unloaded.last()) {
         (Some(first), Some(last)) if last.plugins > first.plugins => {
-            let per_plugin = (last.footprint.rss as f64 - first.footprint.rss as f64)
-                / (last.plugins - first.plugins) as f64;
+            let per_plugin = rss_per_extra_plugin(first, last).unwrap_or_default();
             println!(
                 "| an idle plugin ≤ 16 KiB unloaded | {} per extra unloaded plugin (N = {} → {}) | {} |",
                 kib(per_plugin),
@@ -1078,16 +1058,14 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
         ),
     }
 
-    let loads: Vec<String> = bench
-        .loads
-        .iter()
-        .map(|(phase, load)| format!("{phase}: {load}"))
-        .collect();
-    println!(
-        "\nLoad average (1, 5, 15 min) after each phase — {}.",
-        loads.join("; ")
-    );
-    for note in &bench.notes {
-        println!("\nNote: {note}.");
-    }
+    print_loads_and_notes(&bench.loads, &bench.notes);
+}
+
+/// RSS per plugin beyond `first`'s: (RSS(row) − RSS(first)) / (N(row) − N(first)), in bytes;
+/// `None` unless `row` has more plugins.
+fn rss_per_extra_plugin(first: &HostRow, row: &HostRow) -> Option<f64> {
+    (row.plugins > first.plugins).then(|| {
+        (row.footprint.rss as f64 - first.footprint.rss as f64)
+            / (row.plugins - first.plugins) as f64
+    })
 }

@@ -58,7 +58,8 @@ use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
 use wasmformer_tests::bench::pods::{PodFactory, PodTimes, create_pods, index_of, name_of};
 use wasmformer_tests::bench::proc::{
-    Breakdown, PeakSampler, ProcMem, proc_mem, reset_peak, smaps_breakdown, steady_rss,
+    Breakdown, PeakSampler, ProcMem, load_average, print_loads_and_notes, proc_mem, reset_peak,
+    smaps_breakdown, steady_rss,
 };
 use wasmformer_tests::bench::units::{MIB, kib, mib, ms, p50_p99};
 use wasmformer_tests::guests;
@@ -395,14 +396,7 @@ struct Bench {
 
 impl Bench {
     fn record_load(&mut self, phase: impl Into<String>) {
-        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        self.loads.push((
-            phase.into(),
-            load.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" "),
-        ));
+        self.loads.push((phase.into(), load_average()));
     }
 
     fn kubeconfig(&self) -> PathBuf {
@@ -1250,16 +1244,5 @@ fn print_report(
             bench.options.concurrency
         );
     }
-    let loads: Vec<String> = bench
-        .loads
-        .iter()
-        .map(|(phase, load)| format!("{phase}: {load}"))
-        .collect();
-    println!(
-        "\nLoad average (1, 5, 15 min) after each phase — {}.",
-        loads.join("; ")
-    );
-    for note in &bench.notes {
-        println!("\nNote: {note}.");
-    }
+    print_loads_and_notes(&bench.loads, &bench.notes);
 }

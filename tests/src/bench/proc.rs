@@ -253,6 +253,33 @@ pub fn stop_child(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The 1, 5 and 15 minute load averages of `/proc/loadavg`, as `2.01 1.72 2.54` (empty where it
+/// cannot be read): benchmarks record it after each phase, the machine being shared.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A benchmark report's closing lines: the load average after each `(phase, load)`, then each
+/// note.
+pub fn print_loads_and_notes(loads: &[(String, String)], notes: &[String]) {
+    let loads: Vec<String> = loads
+        .iter()
+        .map(|(phase, load)| format!("{phase}: {load}"))
+        .collect();
+    println!(
+        "\nLoad average (1, 5, 15 min) after each phase — {}.",
+        loads.join("; ")
+    );
+    for note in notes {
+        println!("\nNote: {note}.");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
