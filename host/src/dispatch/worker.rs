@@ -212,7 +212,8 @@ impl Delivery {
                 continue;
             }
             let resync_in = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
-            let timeout = [resync_in, self.work.next_in(), self.unload_in()]
+            let work_in = self.work.next_in();
+            let timeout = [resync_in, work_in, self.unload_in(work_in)]
                 .into_iter()
                 .flatten()
                 .min();
@@ -230,7 +231,8 @@ impl Delivery {
                     if self.work.has_ready() && !self.run_work() {
                         break;
                     }
-                    if self.unload_in() == Some(Duration::ZERO) {
+                    let work_in = self.work.next_in();
+                    if self.unload_in(work_in) == Some(Duration::ZERO) {
                         self.unload();
                     }
                 }
@@ -394,10 +396,11 @@ impl Delivery {
     }
 
     /// How long until the idle instance is unloaded (`Some(ZERO)`: now); `None` while it is not
-    /// loaded, or unloading is off, or a key of its work queue is due within `unloadAfter`.
-    fn unload_in(&mut self) -> Option<Duration> {
+    /// loaded, or unloading is off, or a key of its work queue is due (in `work_in`) within
+    /// `unloadAfter`.
+    fn unload_in(&self, work_in: Option<Duration>) -> Option<Duration> {
         let after = self.unload_after?;
-        if !self.instance.is_loaded() || self.work.next_in().is_some_and(|next| next < after) {
+        if !self.instance.is_loaded() || work_in.is_some_and(|next| next < after) {
             return None;
         }
         Some((self.idle_since + after).saturating_duration_since(Instant::now()))
