@@ -66,6 +66,10 @@ pub struct HostSettings {
     /// instance pool (each running plugin holds one, a hot swap briefly two; each reserves about
     /// 4 GiB of address space, not memory). Read at start.
     pub max_instances: u32,
+    /// `deliveryThreads: 32` — the most OS threads that call plugins at once. A plugin holds one
+    /// only while it has something to deliver, so idle plugins hold none; past the limit, busy
+    /// plugins take turns. Read at start.
+    pub delivery_threads: usize,
 }
 
 impl Default for HostSettings {
@@ -83,6 +87,7 @@ impl Default for HostSettings {
             leader_election: LeaderElection::default(),
             lifecycle: Lifecycle::default(),
             max_instances: 1000,
+            delivery_threads: crate::dispatch::DeliveryPool::DEFAULT_THREADS,
         }
     }
 }

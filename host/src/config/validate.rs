@@ -153,6 +153,9 @@ fn parse_unlocated(text: &str, base_dir: PathBuf) -> Result<HostConfig, Vec<Prob
     if let Some(host) = &host {
         host.leader_election
             .check("host.leaderElection", &mut problems);
+        if host.delivery_threads == 0 {
+            problems.push(Problem::new("host.deliveryThreads", "must be more than 0"));
+        }
     }
 
     let mut plugins = Vec::new();
@@ -591,6 +594,24 @@ plugins:
             "{text:#?}"
         );
         assert!(text.iter().any(|p| p.contains("index on v1 Node, which the plugin neither handles nor reads")), "{text:#?}");
+    }
+
+    #[test]
+    fn delivery_threads_is_read_and_must_be_more_than_zero() {
+        let good = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  deliveryThreads: 4",
+        );
+        let config = HostConfig::parse(&good, PathBuf::new()).unwrap();
+        assert_eq!(config.host.delivery_threads, 4);
+        let bad = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  deliveryThreads: 0",
+        );
+        assert_eq!(
+            located_problems(&bad),
+            ["host.deliveryThreads: must be more than 0"]
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Dispatch: joins informers to plugins. Each plugin has one ordered [`EventQueue`] that its
-//! subscriptions feed without blocking, and one [`PluginWorker`] thread that delivers the queue
-//! to its instance, so a slow or failing plugin never delays the watches, the cache or another
-//! plugin.
+//! subscriptions feed without blocking, and one [`PluginWorker`] that delivers the queue to its
+//! instance on a thread of the [`DeliveryPool`] while it has something to deliver, so a slow or
+//! failing plugin never delays the watches or the cache, and delays another plugin only when
+//! every pool thread is busy.
 
 mod gate;
+mod pool;
 mod queue;
 mod reconcile;
 mod status;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use gate::{Gate, Terms};
+pub use pool::DeliveryPool;
 pub use queue::{EventQueue, Popped, SubscriptionId, SubscriptionSink};
 pub use reconcile::{FailingKey, KeyMap, ReconcileWiring, RelatedKind, WorkQueueReport};
 pub(crate) use status::rfc3339;
@@ -71,6 +74,7 @@ impl DispatchedPlugin {
         metrics: PluginMetrics,
         gate: Gate,
         reconcile: ReconcileWiring,
+        pool: &DeliveryPool,
     ) -> Self {
         let name = instance.plugin().name().to_owned();
         let queue = EventQueue::with_metrics(max_queued, metrics.queue.clone());
@@ -115,6 +119,7 @@ impl DispatchedPlugin {
             metrics.clone(),
             gate,
             reconcile,
+            pool,
         );
         Self {
             name,

@@ -6,7 +6,7 @@
 //! as client-go's DeltaFIFO would; adds and deletes are never merged or dropped.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::cache::{CachedObject, Event, ObjectKey};
@@ -43,8 +43,20 @@ struct State {
 pub struct EventQueue {
     state: Mutex<State>,
     ready: Condvar,
+    /// Told whenever [`pop`](Self::pop) may find something new: the plugin's worker, which
+    /// holds a thread only while it has something to do.
+    waker: OnceLock<Waker>,
     max_queued: usize,
     metrics: QueueMetrics,
+}
+
+/// What [`EventQueue::set_waker`] calls.
+struct Waker(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
 }
 
 /// What [`EventQueue::pop`] found.
@@ -76,6 +88,7 @@ impl EventQueue {
         Arc::new(Self {
             state: Mutex::default(),
             ready: Condvar::new(),
+            waker: OnceLock::new(),
             max_queued,
             metrics,
         })
@@ -83,6 +96,25 @@ impl EventQueue {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().expect("event queue lock poisoned")
+    }
+
+    /// Calls `waker` (once per change, outside the queue's lock) whenever there is something new
+    /// to pop: an item, a [`wake`](Self::wake), the close. Set once, by the queue's worker.
+    pub fn set_waker(&self, waker: impl Fn() + Send + Sync + 'static) {
+        if self.waker.set(Waker(Box::new(waker))).is_err() {
+            panic!("an event queue has one worker");
+        }
+    }
+
+    /// Wakes the threads waiting in `pop` and the worker.
+    fn notify(&self, all: bool) {
+        match all {
+            true => self.ready.notify_all(),
+            false => self.ready.notify_one(),
+        }
+        if let Some(Waker(waker)) = self.waker.get() {
+            waker();
+        }
     }
 
     /// Appends `event` from `subscription` (or merges an update, see the module docs).
@@ -101,7 +133,7 @@ impl EventQueue {
         Self::append(&mut state, subscription, event);
         self.metrics.added(state.items.len());
         drop(state);
-        self.ready.notify_one();
+        self.notify(false);
     }
 
     fn append(state: &mut State, subscription: SubscriptionId, event: Event) {
@@ -149,7 +181,7 @@ impl EventQueue {
         }
         self.metrics.depth(state.items.len());
         drop(state);
-        self.ready.notify_one();
+        self.notify(false);
         dropped
     }
 
@@ -206,7 +238,7 @@ impl EventQueue {
         }
         drop(state);
         if queued > 0 {
-            self.ready.notify_one();
+            self.notify(false);
         }
         queued
     }
@@ -262,7 +294,7 @@ impl EventQueue {
     /// Stops accepting items; [`pop`](Self::pop) drains what is queued, then says `Closed`.
     pub fn close(&self) {
         self.lock().closed = true;
-        self.ready.notify_all();
+        self.notify(true);
     }
 
     /// Drops everything queued and closes (shutdown past its deadline).
@@ -275,14 +307,25 @@ impl EventQueue {
         state.closed = true;
         self.metrics.depth(0);
         drop(state);
-        self.ready.notify_all();
+        self.notify(true);
         dropped
     }
 
     /// Wakes a waiting [`pop`](Self::pop) so the worker can look at its swap slot.
     pub fn wake(&self) {
         self.lock().woken = true;
-        self.ready.notify_all();
+        self.notify(true);
+    }
+
+    /// Gives back the memory of an empty queue (its plugin was unloaded while idle); a queue
+    /// with items keeps it.
+    pub fn shrink(&self) {
+        let mut state = self.lock();
+        if state.items.is_empty() {
+            state.items = VecDeque::new();
+            state.latest = HashMap::new();
+            state.enqueued = HashMap::new();
+        }
     }
 
     /// Items waiting.
@@ -295,23 +338,12 @@ impl EventQueue {
         self.lock().coalesced
     }
 
-    /// Waits until `sleep` has passed, the queue is closed, or [`wake`](Self::wake) is called (a
-    /// new version waits to be swapped in: it should not wait for its predecessor's backoff);
-    /// for backoff pauses.
-    pub fn sleep(&self, sleep: Duration) {
-        let deadline = Instant::now() + sleep;
+    /// Whether a backoff pause should end early: the queue is closed (what is queued is
+    /// delivered now), or [`wake`](Self::wake) was called (a new version waits to be swapped in:
+    /// it should not wait for its predecessor's backoff). Takes the wake.
+    pub fn interrupts_pause(&self) -> bool {
         let mut state = self.lock();
-        while !state.closed && !std::mem::take(&mut state.woken) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            state = self
-                .ready
-                .wait_timeout(state, left)
-                .expect("event queue lock poisoned")
-                .0;
-        }
+        state.closed || std::mem::take(&mut state.woken)
     }
 }
 
@@ -363,16 +395,33 @@ mod tests {
         }
         assert!(queue.lock().items.capacity() >= 10_000);
         assert_eq!(drain(&queue).len(), 10_000);
+        {
+            let state = queue.lock();
+            assert!(
+                state.items.capacity() <= 2 * KEPT_CAPACITY
+                    && state.latest.capacity() <= 2 * KEPT_CAPACITY
+                    && state.enqueued.capacity() <= 2 * KEPT_CAPACITY,
+                "{} {} {}",
+                state.items.capacity(),
+                state.latest.capacity(),
+                state.enqueued.capacity()
+            );
+        }
+        // An unloaded plugin's empty queue keeps nothing.
+        queue.shrink();
         let state = queue.lock();
-        assert!(
-            state.items.capacity() <= 2 * KEPT_CAPACITY
-                && state.latest.capacity() <= 2 * KEPT_CAPACITY
-                && state.enqueued.capacity() <= 2 * KEPT_CAPACITY,
-            "{} {} {}",
-            state.items.capacity(),
-            state.latest.capacity(),
-            state.enqueued.capacity()
+        assert_eq!(
+            (
+                state.items.capacity(),
+                state.latest.capacity(),
+                state.enqueued.capacity()
+            ),
+            (0, 0, 0)
         );
+        drop(state);
+        queue.push(0, Event::Synced);
+        queue.shrink();
+        assert_eq!(queue.depth(), 1, "a queue with items is left alone");
     }
 
     fn drain(queue: &EventQueue) -> Vec<String> {
@@ -492,26 +541,39 @@ mod tests {
     }
 
     #[test]
-    fn a_wake_ends_a_backoff_sleep_once() {
+    fn a_wake_ends_a_backoff_pause_once_and_the_close_for_good() {
         let queue = EventQueue::new(10);
-        let waker = queue.clone();
-        let wake = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            waker.wake();
+        assert!(!queue.interrupts_pause());
+        queue.wake();
+        assert!(queue.interrupts_pause(), "the wake ends the pause");
+        assert!(!queue.interrupts_pause(), "the wake was taken");
+        queue.close();
+        assert!(queue.interrupts_pause() && queue.interrupts_pause());
+    }
+
+    /// The worker is told of every change `pop` could see, after the queue's lock is released
+    /// (the waker locks the queue here).
+    #[test]
+    fn the_waker_hears_of_items_wakes_and_the_close() {
+        let queue = EventQueue::new(10);
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let (ear, weak) = (heard.clone(), Arc::downgrade(&queue));
+        queue.set_waker(move || {
+            let depth = weak.upgrade().map_or(0, |queue| queue.depth());
+            ear.lock().unwrap().push(depth);
         });
-        let started = Instant::now();
-        queue.sleep(Duration::from_secs(30));
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the wake did not end the sleep"
+        queue.push(
+            0,
+            Event::Add {
+                obj: obj("a", 1),
+                initial: false,
+            },
         );
-        wake.join().unwrap();
-        let started = Instant::now();
-        queue.sleep(Duration::from_millis(100));
-        assert!(
-            started.elapsed() >= Duration::from_millis(100),
-            "the wake was taken: the next pause is whole"
-        );
+        queue.push(0, update("a", 1, 2));
+        queue.wake();
+        assert_eq!(queue.resync(0, vec![obj("b", 1)]), 1);
+        queue.close();
+        assert_eq!(*heard.lock().unwrap(), [1, 2, 2, 3, 3]);
     }
 
     #[test]

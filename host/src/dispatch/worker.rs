@@ -1,15 +1,23 @@
-//! [`PluginWorker`]: the thread that delivers one plugin's queued events to its instance, one at
-//! a time, in order; backs off a failing plugin; queues resyncs; swaps in new versions between
-//! two events; and between events runs the keys of its work queue ([`Work`]: reconciles and
-//! retried events), which a swap leaves in place for the new version. While the plugin is idle
-//! for `lifecycle.unloadAfter`, it unloads its instance (the next event creates it again), and
-//! it hands a plugin's state (the `state` export) from one instance or version to the next.
+//! [`PluginWorker`]: delivers one plugin's queued events to its instance, one at a time, in
+//! order; backs off a failing plugin; queues resyncs; swaps in new versions between two events;
+//! and between events runs the keys of its work queue ([`Work`]: reconciles and retried events),
+//! which a swap leaves in place for the new version. While the plugin is idle for
+//! `lifecycle.unloadAfter`, it unloads its instance (the next event creates it again), and it
+//! hands a plugin's state (the `state` export) from one instance or version to the next.
+//!
+//! A worker is a task of the [`DeliveryPool`]: it holds a thread while it has something to
+//! deliver and gives it back when its queue is empty (a timer brings it back for a due resync,
+//! work-queue key, unload or the end of a backoff pause), so a thousand idle plugins hold no
+//! thread.
 
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::gate::Gate;
+use super::pool::{DeliveryPool, SLICE, Task};
 use super::queue::{EventQueue, Popped, SubscriptionId};
 use super::reconcile::{Ran, ReconcileWiring, Work};
 use super::status::PluginStatus;
@@ -20,8 +28,8 @@ use crate::informer::Lister;
 use crate::metrics::{CallResult, PluginMetrics};
 use crate::plugin::{Backoff, CallError, PluginInstance, SavedState, StateError, TrapKind};
 
-/// What runs on a new worker's thread before it delivers: stopping the version it replaces,
-/// which returns that version's state.
+/// What runs before a new worker delivers: stopping the version it replaces, which returns that
+/// version's state.
 pub(crate) type Before = Box<dyn FnOnce() -> Option<SavedState> + Send>;
 
 /// One entry of the plugin's `handles`, as the worker knows it (its position is its
@@ -45,22 +53,62 @@ pub(crate) struct PendingSwap {
     pub done: std::sync::mpsc::Sender<Option<usize>>,
 }
 
-/// Runs one plugin's deliveries on a dedicated thread (wasmtime calls are synchronous).
+/// Runs one plugin's deliveries on the threads of a [`DeliveryPool`] (wasmtime calls are
+/// synchronous).
 pub struct PluginWorker {
     name: Arc<str>,
-    thread: Option<JoinHandle<PluginInstance>>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     queue: Arc<EventQueue>,
+    /// Gets the instance when the worker ends (`None` if it panicked).
+    finished: Receiver<Option<PluginInstance>>,
+    /// Held here while the worker waits: the pool, its queue and its timers hold it only while
+    /// it is queued or running, or weakly.
+    _scheduled: Arc<Scheduled>,
+}
+
+/// Where a worker is: waiting for something to do, waiting for a pool thread, running, running
+/// and told of something new meanwhile, or ended.
+const IDLE: u8 = 0;
+const QUEUED: u8 = 1;
+const RUNNING: u8 = 2;
+const NOTIFIED: u8 = 3;
+const ENDED: u8 = 4;
+
+/// A worker as the pool, its queue and its timers see it.
+struct Scheduled {
+    pool: DeliveryPool,
+    schedule: AtomicU8,
+    /// Taken when the worker ends.
+    delivery: Mutex<Option<Delivery>>,
+    finished: Mutex<Option<Sender<Option<PluginInstance>>>>,
+    /// The earliest timer set and not fired yet.
+    timer: Mutex<Option<Instant>>,
+}
+
+/// What one turn on a pool thread ended with.
+enum Turn {
+    /// Nothing to do until the queue has something new or, if set, until then.
+    Idle(Option<Instant>),
+    /// More to do, but other workers wait for a thread.
+    Yield,
+    /// The queue is closed and drained, or leadership was lost.
+    Ended,
 }
 
 struct Delivery {
     name: Arc<str>,
     instance: PluginInstance,
     queue: Arc<EventQueue>,
+    pool: DeliveryPool,
     handled: Vec<HandledKind>,
     status: Arc<PluginStatus>,
     swap: Arc<Mutex<Option<PendingSwap>>>,
     resync: Option<Duration>,
+    next_resync: Option<Instant>,
+    backoff: Backoff,
+    /// The end of a backoff pause after a failed call.
+    paused_until: Option<Instant>,
+    events_in_a_row: usize,
     /// `lifecycle.unloadAfter`, if on.
     unload_after: Option<Duration>,
     /// When the last call ended (or the worker started).
@@ -84,9 +132,9 @@ struct Delivery {
 const EVENTS_PER_KEY: usize = 1024;
 
 impl PluginWorker {
-    /// Starts delivering from `queue` to `instance`, after running `before` (if any) on the
-    /// worker's thread: stopping the version this one replaces, whose state (if it keeps one)
-    /// `instance` restores.
+    /// Starts delivering from `queue` to `instance` on `pool`'s threads, after running `before`
+    /// (if any) on a thread of its own: stopping the version this one replaces, whose state (if
+    /// it keeps one) `instance` restores.
     #[expect(
         clippy::too_many_arguments,
         reason = "each argument is a distinct part of the worker; a struct would only rename them"
@@ -102,6 +150,7 @@ impl PluginWorker {
         metrics: PluginMetrics,
         gate: Gate,
         reconcile: ReconcileWiring,
+        pool: &DeliveryPool,
     ) -> Self {
         let name: Arc<str> = instance.plugin().name().into();
         let kinds = handled.iter().map(|h| h.gvk.clone()).collect();
@@ -117,10 +166,15 @@ impl PluginWorker {
             name: name.clone(),
             instance,
             queue: queue.clone(),
+            pool: pool.clone(),
             handled,
             status,
             swap: swap.clone(),
             resync,
+            next_resync: resync.map(|period| Instant::now() + period),
+            backoff: Backoff::default(),
+            paused_until: None,
+            events_in_a_row: 0,
             unload_after,
             idle_since: Instant::now(),
             activations_seen: 0,
@@ -131,21 +185,46 @@ impl PluginWorker {
             gate,
             work,
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("plugin-{name}"))
-            .spawn(move || {
-                let mut delivery = delivery;
-                if let Some(state) = before.and_then(|before| before()) {
-                    delivery.restore(state);
-                }
-                delivery.run()
-            })
-            .expect("spawn plugin worker thread");
+        let (finished_tx, finished) = std::sync::mpsc::channel();
+        // With `before`, the worker counts as running until `before` is done: what the queue
+        // says meanwhile is seen by the first turn after it.
+        let scheduled = Arc::new(Scheduled {
+            pool: pool.clone(),
+            schedule: AtomicU8::new(if before.is_some() { RUNNING } else { IDLE }),
+            delivery: Mutex::new(Some(delivery)),
+            finished: Mutex::new(Some(finished_tx)),
+            timer: Mutex::new(None),
+        });
+        let waker = Arc::downgrade(&scheduled);
+        queue.set_waker(move || {
+            if let Some(scheduled) = waker.upgrade() {
+                scheduled.notify();
+            }
+        });
+        match before {
+            Some(before) => {
+                let scheduled = scheduled.clone();
+                std::thread::Builder::new()
+                    .name(format!("plugin-{name}-handover"))
+                    .spawn(move || {
+                        if let Some(state) = before()
+                            && let Some(delivery) = scheduled.lock().as_mut()
+                        {
+                            delivery.restore(state);
+                        }
+                        scheduled.schedule.store(QUEUED, Ordering::SeqCst);
+                        scheduled.pool.submit(scheduled.clone());
+                    })
+                    .expect("spawn a plugin handover thread");
+            }
+            None => scheduled.notify(),
+        }
         Self {
             name,
-            thread: Some(thread),
             swap,
             queue,
+            finished,
+            _scheduled: scheduled,
         }
     }
 
@@ -176,60 +255,175 @@ impl PluginWorker {
     }
 
     /// Closes the queue and waits up to `timeout` for what is queued to be delivered; past it,
-    /// what is left is dropped (and counted in the log). Returns the instance (`None` if the
-    /// worker panicked).
-    pub fn stop(mut self, timeout: Duration) -> Option<PluginInstance> {
+    /// what is left is dropped (and counted in the log), and the call under way finishes.
+    /// Returns the instance (`None` if the worker panicked).
+    pub fn stop(self, timeout: Duration) -> Option<PluginInstance> {
         self.queue.close();
-        let deadline = Instant::now() + timeout;
-        let thread = self.thread.take().expect("worker thread");
-        while !thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+        match self.finished.recv_timeout(timeout) {
+            Ok(instance) => instance,
+            Err(_) => {
+                let dropped = self.queue.abandon();
+                tracing::warn!(plugin.id = %self.name, queue.dropped = dropped, "plugin queue not drained before the shutdown deadline");
+                self.finished.recv().ok().flatten()
+            }
         }
-        if !thread.is_finished() {
-            let dropped = self.queue.abandon();
-            tracing::warn!(plugin.id = %self.name, queue.dropped = dropped, "plugin queue not drained before the shutdown deadline");
+    }
+}
+
+impl Scheduled {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Delivery>> {
+        self.delivery.lock().expect("plugin delivery lock poisoned")
+    }
+
+    /// Something new for the worker: queue it on the pool unless it is queued or running (a
+    /// running worker takes another turn).
+    fn notify(self: &Arc<Self>) {
+        let mut now = self.schedule.load(Ordering::SeqCst);
+        loop {
+            let next = match now {
+                IDLE => QUEUED,
+                RUNNING => NOTIFIED,
+                _ => return,
+            };
+            match self
+                .schedule
+                .compare_exchange(now, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    if next == QUEUED {
+                        self.pool.submit(self.clone());
+                    }
+                    return;
+                }
+                Err(actual) => now = actual,
+            }
         }
-        thread.join().ok()
+    }
+
+    /// Sets a timer for `at` unless one at or before it is set.
+    fn wake_at(self: &Arc<Self>, at: Instant) {
+        let mut timer = self.timer.lock().expect("plugin timer lock poisoned");
+        if timer.is_some_and(|set| set <= at) {
+            return;
+        }
+        *timer = Some(at);
+        drop(timer);
+        let this: Arc<dyn Task> = self.clone();
+        self.pool.wake_at(at, Arc::downgrade(&this));
+    }
+
+    fn end(&self, panicked: bool) {
+        self.schedule.store(ENDED, Ordering::SeqCst);
+        let instance = self.lock().take().map(|delivery| delivery.instance);
+        let instance = if panicked { None } else { instance };
+        if let Some(finished) = self.finished.lock().expect("finished lock").take() {
+            let _ = finished.send(instance);
+        }
+    }
+}
+
+impl Task for Scheduled {
+    fn run(self: Arc<Self>) {
+        self.schedule.store(RUNNING, Ordering::SeqCst);
+        let turn = {
+            let mut delivery = self.lock();
+            match delivery.as_mut() {
+                Some(delivery) => {
+                    std::panic::catch_unwind(AssertUnwindSafe(|| delivery.turn())).ok()
+                }
+                None => Some(Turn::Ended),
+            }
+        };
+        match turn {
+            None => {
+                tracing::error!("plugin worker panicked; the plugin stops");
+                self.end(true);
+            }
+            Some(Turn::Ended) => self.end(false),
+            Some(Turn::Yield) => {
+                self.schedule.store(QUEUED, Ordering::SeqCst);
+                self.pool.submit(self.clone());
+            }
+            Some(Turn::Idle(wake)) => {
+                if let Some(at) = wake {
+                    self.wake_at(at);
+                }
+                if self
+                    .schedule
+                    .compare_exchange(RUNNING, IDLE, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    // Told of something new during the turn.
+                    self.schedule.store(QUEUED, Ordering::SeqCst);
+                    self.pool.submit(self.clone());
+                }
+            }
+        }
+    }
+
+    fn timer(self: Arc<Self>, at: Instant) {
+        let mut timer = self.timer.lock().expect("plugin timer lock poisoned");
+        if *timer != Some(at) {
+            // A timer since replaced by an earlier one, which woke the worker already.
+            return;
+        }
+        *timer = None;
+        drop(timer);
+        self.notify();
     }
 }
 
 impl Delivery {
-    fn run(mut self) -> PluginInstance {
+    /// Delivers until there is nothing to do now, the queue is closed and drained, or [`SLICE`]
+    /// has passed while other workers wait for a thread.
+    fn turn(&mut self) -> Turn {
         let _span = tracing::info_span!("plugin", plugin.id = %self.name).entered();
-        let mut backoff = Backoff::default();
-        let mut next_resync = self.resync.map(|period| Instant::now() + period);
-        let mut events_in_a_row = 0;
+        let started = Instant::now();
         loop {
-            // A swap happens here, between two events (a pending swap wakes `pop`).
-            if self.take_swap() {
-                backoff = Backoff::default();
-            }
-            if events_in_a_row >= EVENTS_PER_KEY && self.work.has_ready() {
-                if !self.run_work() {
-                    break;
+            if let Some(until) = self.paused_until {
+                if Instant::now() < until && !self.queue.interrupts_pause() {
+                    return Turn::Idle(Some(until));
                 }
-                events_in_a_row = 0;
+                self.paused_until = None;
+            }
+            // A swap happens here, between two events (a pending swap wakes the worker).
+            if self.take_swap() {
+                self.backoff = Backoff::default();
+            }
+            if self.events_in_a_row >= EVENTS_PER_KEY && self.work.has_ready() {
+                if !self.run_work() {
+                    return self.ended();
+                }
+                self.events_in_a_row = 0;
                 continue;
             }
-            let resync_in = next_resync.map(|at| at.saturating_duration_since(Instant::now()));
+            let resync_in = self
+                .next_resync
+                .map(|at| at.saturating_duration_since(Instant::now()));
             let work_in = self.work.next_in();
-            let timeout = [resync_in, work_in, self.unload_in(work_in)]
+            let wait = [resync_in, work_in, self.unload_in(work_in)]
                 .into_iter()
                 .flatten()
                 .min();
-            match self.queue.pop(timeout) {
-                Popped::Closed => break,
+            match self.queue.pop(Some(Duration::ZERO)) {
+                Popped::Closed => return self.ended(),
                 Popped::Woken => {}
                 Popped::Timeout => {
-                    events_in_a_row = 0;
-                    if let (Some(period), Some(at)) = (self.resync, next_resync.as_mut())
+                    if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
+                        return Turn::Idle(Some(Instant::now() + wait));
+                    }
+                    if wait.is_none() {
+                        return Turn::Idle(None);
+                    }
+                    self.events_in_a_row = 0;
+                    if let (Some(period), Some(at)) = (self.resync, self.next_resync.as_mut())
                         && Instant::now() >= *at
                     {
-                        self.queue_resync();
                         *at = Instant::now() + period;
+                        self.queue_resync();
                     }
                     if self.work.has_ready() && !self.run_work() {
-                        break;
+                        return self.ended();
                     }
                     let work_in = self.work.next_in();
                     if self.unload_in(work_in) == Some(Duration::ZERO) {
@@ -240,77 +434,87 @@ impl Delivery {
                     subscription,
                     event,
                 } => {
-                    events_in_a_row += 1;
-                    let Some(obj) = event.object().cloned() else {
-                        // `Synced`: no handler is called.
-                        self.mark_synced(subscription);
-                        continue;
-                    };
-                    if !self.gate.is_open() {
-                        tracing::info!("leadership lost: plugin worker stops calling handlers");
-                        break;
+                    self.events_in_a_row += 1;
+                    if !self.deliver(subscription, event) {
+                        return self.ended();
                     }
-                    let reconciles = self.instance.reconciles();
-                    if self.work.is_related(&self.handled, subscription) {
-                        // `reconcile.owns`/`watches`: only keys, no handler.
-                        self.work
-                            .on_event(&self.handled, subscription, &obj, reconciles);
-                        continue;
+                    if started.elapsed() >= SLICE && self.pool.has_waiting() {
+                        return Turn::Yield;
                     }
-                    let gvk = &self.handled[subscription].gvk;
-                    let started = Instant::now();
-                    let work = self.metrics.queue.work();
-                    let result = self.instance.handle(gvk, &event);
-                    drop(work);
-                    self.metrics.handler_call(
-                        event.kind(),
-                        call_result(&result),
-                        started.elapsed(),
-                    );
-                    let dropped = self.instance.dropped_log_bytes();
-                    self.metrics.log_dropped(
-                        dropped
-                            .saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)),
-                    );
-                    match &result {
-                        Ok(()) => {
-                            backoff.succeeded();
-                            self.work.delivered(subscription, obj.key());
-                            tracing::trace!(object.ref = %obj.key(), event.kind = event.kind(), event.durationMs = started.elapsed().as_secs_f64() * 1e3, "delivered");
-                        }
-                        Err(error) => {
-                            let pause = backoff.failed();
-                            log_failure(
-                                gvk,
-                                obj.key(),
-                                event.kind(),
-                                error,
-                                backoff.consecutive_failures(),
-                                pause,
-                            );
-                            if error.wants_retry(false) && !matches!(event, Event::Delete { .. }) {
-                                self.work.retry_event(subscription, obj.key().clone());
-                            }
-                            self.queue.sleep(pause);
-                        }
-                    }
-                    self.status.called(result.err().map(|e| {
-                        format!(
-                            "{} {} {}: {}",
-                            event.kind(),
-                            gvk.kind,
-                            obj.key(),
-                            error_chain(&e)
-                        )
-                    }));
-                    self.work
-                        .on_event(&self.handled, subscription, &obj, reconciles);
-                    self.after_call();
                 }
             }
         }
+    }
+
+    fn ended(&self) -> Turn {
         tracing::info!("plugin worker stopped");
-        self.instance
+        Turn::Ended
+    }
+
+    /// Delivers one event; returns false if leadership was lost (the worker stops).
+    fn deliver(&mut self, subscription: SubscriptionId, event: Event) -> bool {
+        let Some(obj) = event.object().cloned() else {
+            // `Synced`: no handler is called.
+            self.mark_synced(subscription);
+            return true;
+        };
+        if !self.gate.is_open() {
+            tracing::info!("leadership lost: plugin worker stops calling handlers");
+            return false;
+        }
+        let reconciles = self.instance.reconciles();
+        if self.work.is_related(&self.handled, subscription) {
+            // `reconcile.owns`/`watches`: only keys, no handler.
+            self.work
+                .on_event(&self.handled, subscription, &obj, reconciles);
+            return true;
+        }
+        let gvk = &self.handled[subscription].gvk;
+        let started = Instant::now();
+        let work = self.metrics.queue.work();
+        let result = self.instance.handle(gvk, &event);
+        drop(work);
+        self.metrics
+            .handler_call(event.kind(), call_result(&result), started.elapsed());
+        let dropped = self.instance.dropped_log_bytes();
+        self.metrics.log_dropped(
+            dropped.saturating_sub(std::mem::replace(&mut self.log_dropped_seen, dropped)),
+        );
+        match &result {
+            Ok(()) => {
+                self.backoff.succeeded();
+                self.work.delivered(subscription, obj.key());
+                tracing::trace!(object.ref = %obj.key(), event.kind = event.kind(), event.durationMs = started.elapsed().as_secs_f64() * 1e3, "delivered");
+            }
+            Err(error) => {
+                let pause = self.backoff.failed();
+                log_failure(
+                    gvk,
+                    obj.key(),
+                    event.kind(),
+                    error,
+                    self.backoff.consecutive_failures(),
+                    pause,
+                );
+                if error.wants_retry(false) && !matches!(event, Event::Delete { .. }) {
+                    self.work.retry_event(subscription, obj.key().clone());
+                }
+                self.paused_until = Some(Instant::now() + pause);
+            }
+        }
+        self.status.called(result.err().map(|e| {
+            format!(
+                "{} {} {}: {}",
+                event.kind(),
+                gvk.kind,
+                obj.key(),
+                error_chain(&e)
+            )
+        }));
+        self.work
+            .on_event(&self.handled, subscription, &obj, reconciles);
+        self.after_call();
+        true
     }
 
     /// Runs one ready key of the work queue, unless leadership was lost (then returns false: the
@@ -421,6 +625,7 @@ impl Delivery {
                 self.status.instance(false, kept);
                 self.metrics.loaded(false);
                 self.unloaded = true;
+                self.queue.shrink();
             }
             Err(error) => {
                 // Too large a state keeps the instance; a trap lost it (and its state).
@@ -720,6 +925,7 @@ mod tests {
             crate::metrics::Metrics::new().plugin("counter"),
             crate::dispatch::Gate::always(),
             ReconcileWiring::default(),
+            &DeliveryPool::shared(),
         );
         const EVENTS: u64 = 150;
         for rv in 1..=EVENTS {
@@ -759,6 +965,108 @@ mod tests {
             instance.activations()
         );
         assert_eq!(report.activations, instance.activations());
+    }
+
+    /// Issue 16: workers hold a pool thread only while they have something to deliver. Two
+    /// hundred plugins on a pool of four threads each get their events, in order; the pool never
+    /// has more than four threads; once they are idle (still running, not stopped) they hold
+    /// none.
+    #[test]
+    fn many_workers_share_a_bounded_pool_and_idle_ones_hold_no_thread() {
+        const PLUGINS: usize = 200;
+        const EVENTS: u64 = 5;
+        let engine = crate::plugin::PluginEngine::new(None).unwrap();
+        let loaded = crate::plugin::LoadedPlugin::load(
+            &engine,
+            "counter",
+            wasmformer_tests::guests::COUNTER.as_ref(),
+        )
+        .unwrap();
+        let pool = DeliveryPool::with_keep_alive(4, Duration::from_millis(200));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _entered = runtime.enter();
+        let (_informer, handled) = quiet_pod_informer();
+        let counts: Vec<Arc<Mutex<Vec<u64>>>> = (0..PLUGINS).map(|_| Arc::default()).collect();
+        let mut queues = Vec::new();
+        let workers: Vec<PluginWorker> = counts
+            .iter()
+            .map(|seen| {
+                let seen = seen.clone();
+                let observer = Arc::new(move |line: &crate::plugin::LogLine| {
+                    if let Ok(line) = serde_json::from_str::<Value>(&line.message)
+                        && let Some(count) = line["count"].as_u64()
+                    {
+                        seen.lock().unwrap().push(count);
+                    }
+                });
+                let instance = PluginInstance::start(
+                    loaded.clone(),
+                    crate::plugin::Limits::default(),
+                    crate::plugin::Grants::none(),
+                    &json!({}),
+                    Some(observer),
+                )
+                .unwrap();
+                let queue = EventQueue::new(100);
+                queues.push(queue.clone());
+                PluginWorker::start(
+                    instance,
+                    queue,
+                    handled.clone(),
+                    Arc::default(),
+                    None,
+                    None,
+                    None,
+                    crate::metrics::Metrics::new().plugin("counter"),
+                    crate::dispatch::Gate::always(),
+                    ReconcileWiring::default(),
+                    &pool,
+                )
+            })
+            .collect();
+        let mut most_threads = 0;
+        for rv in 1..=EVENTS {
+            for queue in &queues {
+                let obj =
+                    Arc::new(crate::cache::CachedObject::from_value(pod(rv), true, &[]).unwrap());
+                queue.push(
+                    0,
+                    Event::Add {
+                        obj,
+                        initial: false,
+                    },
+                );
+                most_threads = most_threads.max(pool.threads());
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while counts
+            .iter()
+            .any(|c| c.lock().unwrap().len() < EVENTS as usize)
+        {
+            assert!(Instant::now() < deadline, "not every event was delivered");
+            most_threads = most_threads.max(pool.threads());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for seen in &counts {
+            assert_eq!(*seen.lock().unwrap(), (1..=EVENTS).collect::<Vec<_>>());
+        }
+        assert!(
+            (1..=4).contains(&most_threads),
+            "pool threads: {most_threads}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while pool.threads() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "idle workers still hold {} threads",
+                pool.threads()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for worker in workers {
+            assert!(worker.stop(Duration::from_secs(5)).is_some());
+        }
     }
 
     /// Writes formatted log records into a shared buffer.
@@ -821,6 +1129,7 @@ mod tests {
             crate::metrics::Metrics::new().plugin("slow-rec"),
             crate::dispatch::Gate::always(),
             ReconcileWiring::default(),
+            &DeliveryPool::shared(),
         );
 
         // Five 300 ms calls cannot be delivered within 50 ms.

@@ -26,8 +26,8 @@ pub use reload::{ReloadOutcome, ReloadReport};
 use crate::cache::{Gvk, IndexSpec};
 use crate::config::{HostConfig, KindRef, LeaseScope, PluginConfig};
 use crate::dispatch::{
-    DispatchedPlugin, Gate, HandledKind, KeyMap, PluginStatus, ReconcileWiring, RelatedKind,
-    StatusReport, Terms, TimedError,
+    DeliveryPool, DispatchedPlugin, Gate, HandledKind, KeyMap, PluginStatus, ReconcileWiring,
+    RelatedKind, StatusReport, Terms, TimedError,
 };
 use crate::error_chain;
 use crate::informer::{self, InformerFactory, InformerKey, Lister, StoreOptions, WatchSettings};
@@ -107,6 +107,8 @@ pub enum RuntimeError {
 pub struct Runtime {
     config: std::sync::Mutex<HostConfig>,
     engine: Arc<PluginEngine>,
+    /// The threads that call plugins (`host.deliveryThreads`, read at start).
+    pool: DeliveryPool,
     factory: InformerFactory,
     discovery: Discovery,
     log_observer: Option<LogObserver>,
@@ -180,7 +182,9 @@ impl Runtime {
             }
         };
         let elected = election.is_some() || share.is_some();
+        let pool = DeliveryPool::new(config.host.delivery_threads);
         let runtime = Arc::new(Self {
+            pool,
             config: std::sync::Mutex::new(config),
             factory,
             metrics: Arc::new(metrics),
@@ -353,6 +357,7 @@ impl Runtime {
             metrics,
             gate,
             reconcile,
+            &self.pool,
         );
         tracing::info!(plugin.id = %name, resources = wiring.handled.len(), reads = wiring.read.len(), related = wiring.related.len(), "plugin started");
         self.metrics.plugin_leader(&name, true);
