@@ -702,6 +702,23 @@ fn lifecycle_benches(
         || reactivated(&counter, true),
     );
     bench.run(
+        "9d-code-reload",
+        "compiled code released by an unload, mapped again from the compile cache (part of 9a and 9b)",
+        || {
+            let plugin = load(engine, guests::BENCH_EMPTY);
+            measure_batches(|iters| {
+                let mut took = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    assert!(plugin.release_code());
+                    let started = Instant::now();
+                    plugin.load_code().expect("load the code again");
+                    took += started.elapsed();
+                }
+                took
+            })
+        },
+    );
+    bench.run(
         "9c-unload-1mib",
         "unload with 1 MiB of state (save-state)",
         || {

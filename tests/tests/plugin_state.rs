@@ -67,6 +67,10 @@ fn a_counter_keeps_its_count_across_100_unloads() {
         add(&mut instance, &format!("p{rv}"), rv);
         instance.unload().unwrap();
         assert!(!instance.is_loaded());
+        assert!(
+            !instance.plugin().code_loaded(),
+            "an unloaded plugin's code is released (it is in the compile cache)"
+        );
         assert!(instance.saved_state_bytes().is_some_and(|b| b > 0));
     }
     assert_eq!(counts(&recorded), (1..=100).collect::<Vec<_>>());
@@ -81,6 +85,70 @@ fn a_counter_keeps_its_count_across_100_unloads() {
     assert_eq!(last(&recorded)["restoredFrom"], own.as_str());
     // The config is applied again on every activation (the tag is not part of the state).
     assert_eq!(last(&recorded)["tag"], "t");
+}
+
+/// The compiled code an unloaded plugin released is loaded again from the compile cache; if the
+/// cache lost it, compiled again from the plugin's file; if that file holds another version by
+/// then, the event fails with an error saying so, and the plugin keeps its state for later.
+#[test]
+fn released_code_comes_back_from_the_cache_or_the_file_or_fails_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("counter.wasm");
+    std::fs::copy(guests::COUNTER, &wasm).unwrap();
+    let engine = PluginEngine::new(Some(dir.path().join("components"))).unwrap();
+    let recorded = Recorded::default();
+    let mut instance = start(
+        &engine,
+        wasm.to_str().unwrap(),
+        Limits::default(),
+        &recorded,
+    );
+    let remove_artifacts = || {
+        for entry in walk(&dir.path().join("components")) {
+            if entry.extension().is_some_and(|e| e == "cwasm") {
+                std::fs::remove_file(entry).unwrap();
+            }
+        }
+    };
+    add(&mut instance, "a", 1);
+    instance.unload().unwrap();
+    assert!(!instance.plugin().code_loaded());
+    add(&mut instance, "b", 2);
+    assert!(instance.plugin().code_loaded());
+
+    instance.unload().unwrap();
+    remove_artifacts();
+    add(&mut instance, "c", 3);
+    assert_eq!(counts(&recorded), [1, 2, 3]);
+
+    instance.unload().unwrap();
+    remove_artifacts();
+    std::fs::copy(guests::COUNTER_V2, &wasm).unwrap();
+    let event = Event::Add {
+        obj: pod("ns", "d", 4),
+        initial: false,
+    };
+    let error = wasmformer::error_chain(&instance.handle(&pod_gvk(), &event).unwrap_err());
+    assert!(
+        error.contains("no longer in the compile cache")
+            && error.contains(&wasm.display().to_string())
+            && error.contains("no longer holds version"),
+        "{error}"
+    );
+    assert!(instance.saved_state_bytes().is_some(), "the state is kept");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 #[test]

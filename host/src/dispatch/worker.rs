@@ -647,7 +647,8 @@ impl Delivery {
             self.metrics.activated(new);
             tracing::debug!(activations, "plugin loaded again for an event");
         }
-        if std::mem::take(&mut self.unloaded) {
+        if self.unloaded && self.instance.is_loaded() {
+            self.unloaded = false;
             self.status.instance(true, None);
             self.metrics.loaded(true);
         }

@@ -71,8 +71,8 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 1000;
 /// with the host's imports, one epoch ticker, and where compiled components are cached.
 pub struct PluginEngine {
     engine: Engine,
-    linker: Linker<HostState>,
-    cache: Option<CompileCache>,
+    linker: Arc<Linker<HostState>>,
+    cache: Option<Arc<CompileCache>>,
     /// Where `cache` lives (pulled OCI components are kept in its `oci/`).
     cache_dir: Option<PathBuf>,
     /// Advances the epoch while the engine lives; stopped and joined on drop.
@@ -134,17 +134,20 @@ impl PluginEngine {
         )?;
         let cache = match &cache_dir {
             Some(dir) => {
-                Some(CompileCache::open(dir, &engine_key(&engine)).map_err(|e| {
-                    // The cause (an io::Error) on the same line: callers print only the message.
-                    wasmtime::Error::msg(crate::error_chain(&e))
-                })?)
+                Some(Arc::new(
+                    CompileCache::open(dir, &engine_key(&engine)).map_err(|e| {
+                        // The cause (an io::Error) on the same line: callers print only the
+                        // message.
+                        wasmtime::Error::msg(crate::error_chain(&e))
+                    })?,
+                ))
             }
             None => None,
         };
         let ticker = Self::start_ticker(&engine);
         Ok(Self {
             engine,
-            linker,
+            linker: Arc::new(linker),
             cache,
             cache_dir,
             _ticker: ticker,
@@ -196,6 +199,16 @@ impl PluginEngine {
         &self.linker
     }
 
+    /// What a loaded plugin needs to load its compiled code again from the compile cache after
+    /// dropping it (`None` without a cache: the code is then kept).
+    pub(crate) fn reloader(&self) -> Option<Reloader> {
+        Some(Reloader {
+            engine: self.engine.clone(),
+            linker: self.linker.clone(),
+            cache: self.cache.clone()?,
+        })
+    }
+
     /// Compiles `wasm` (hashed to `digest`), or loads it from the compile cache; returns whether
     /// it came from the cache. A cached artifact this host did not write, or that this engine
     /// rejects, is recompiled and replaced.
@@ -212,6 +225,14 @@ impl PluginEngine {
         let component = cache.load(&self.engine, digest).unwrap_or(component);
         Ok((component, false))
     }
+}
+
+/// The engine, linker and compile cache a plugin's code is loaded again from.
+#[derive(Clone)]
+pub(crate) struct Reloader {
+    pub engine: Engine,
+    pub linker: Arc<Linker<HostState>>,
+    pub cache: Arc<CompileCache>,
 }
 
 /// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.

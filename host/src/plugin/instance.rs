@@ -150,6 +150,7 @@ impl PluginInstance {
         }
         self.live = None;
         self.unloaded = true;
+        self.plugin.release_code();
         self.saved = saved?;
         Ok(())
     }
@@ -264,10 +265,10 @@ impl PluginInstance {
         if self.live.is_some() {
             return Ok(());
         }
+        self.instantiate()?;
         if std::mem::take(&mut self.unloaded) {
             self.activations += 1;
         }
-        self.instantiate()?;
         if let Some(saved) = self.saved.take()
             && let Err(cause) = self.restore_saved(&saved)
         {
@@ -319,7 +320,8 @@ impl PluginInstance {
             self.grants.clone(),
             self.log.clone(),
         );
-        let mut store = Store::new(self.plugin.pre().engine(), state);
+        let pre = self.plugin.pre().map_err(CallError::Instantiate)?;
+        let mut store = Store::new(pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         // The deadline lives in the store data, so a host call can move it (a write's time with
         // the API server is its own budget, not the handler's); the epoch only says when to look.
@@ -333,7 +335,7 @@ impl PluginInstance {
             }
         });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
-        let bindings = self.plugin.pre().instantiate(&mut store).map_err(|error| {
+        let bindings = pre.instantiate(&mut store).map_err(|error| {
             let pool_full = error
                 .chain()
                 .any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>());

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
-use super::engine::{PluginEngine, content_digest};
+use super::engine::{PluginEngine, Reloader, content_digest};
 use super::host::{Grants, HostState, LogSink};
 use super::world::Pre;
 use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadError};
@@ -46,10 +46,24 @@ struct Inner {
     name: String,
     path: PathBuf,
     digest: String,
-    pre: Pre,
+    /// The compiled code, linked; `None` while released (see [`LoadedPlugin::release_code`]).
+    code: Mutex<Option<Pre>>,
+    /// Where the code is loaded again from, if it can be released.
+    reload: Option<Reload>,
+    reconciles: bool,
+    keeps_state: bool,
     from_cache: bool,
     load_time: Duration,
     contract: String,
+}
+
+/// How to load a released plugin's code again: from the compile cache, by digest, in the world
+/// it was checked for at load.
+struct Reload {
+    reloader: Reloader,
+    minor: u64,
+    reconciler: bool,
+    state: bool,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -114,6 +128,13 @@ impl LoadedPlugin {
                 source,
             }
         })?;
+        let (reconciles, keeps_state) = (pre.reconciles(), pre.keeps_state());
+        let reload = engine.reloader().map(|reloader| Reload {
+            reloader,
+            minor,
+            reconciler: info.reconciler,
+            state: info.state,
+        });
         let load_time = started.elapsed();
         tracing::info!(
             plugin.id = %plugin, plugin.version = %&digest[..12], plugin.fromCache = from_cache,
@@ -124,7 +145,10 @@ impl LoadedPlugin {
                 name: plugin,
                 path: file,
                 digest,
-                pre,
+                code: Mutex::new(Some(pre)),
+                reload,
+                reconciles,
+                keeps_state,
                 from_cache,
                 load_time,
                 contract,
@@ -139,12 +163,12 @@ impl LoadedPlugin {
 
     /// Whether it exports `reconciler` (it is a controller).
     pub fn reconciles(&self) -> bool {
-        self.inner.pre.reconciles()
+        self.inner.reconciles
     }
 
     /// Whether it exports `state` (its state survives unloading and hot swap).
     pub fn keeps_state(&self) -> bool {
-        self.inner.pre.keeps_state()
+        self.inner.keeps_state
     }
 
     /// The plugin's name from the configuration.
@@ -172,8 +196,84 @@ impl LoadedPlugin {
         self.inner.load_time
     }
 
-    pub(crate) fn pre(&self) -> &Pre {
-        &self.inner.pre
+    /// The compiled, linked code; loaded again from the compile cache if it was released.
+    pub(crate) fn pre(&self) -> wasmtime::Result<Pre> {
+        let mut code = self.inner.code.lock().expect("plugin code lock poisoned");
+        if let Some(pre) = &*code {
+            return Ok(pre.clone());
+        }
+        let Reload {
+            reloader,
+            minor,
+            reconciler,
+            state,
+        } = self
+            .inner
+            .reload
+            .as_ref()
+            .expect("only code that can be loaded again is released");
+        let component = match reloader.cache.load(&reloader.engine, &self.inner.digest) {
+            Some(component) => component,
+            None => self.compile_again(reloader)?,
+        };
+        let pre = Pre::new(
+            *minor,
+            *reconciler,
+            *state,
+            reloader.linker.instantiate_pre(&component)?,
+        )?;
+        *code = Some(pre.clone());
+        Ok(pre)
+    }
+
+    /// Compiles the released code again from the plugin's file, if it still holds this version
+    /// (the compile cache lost the artifact meanwhile).
+    fn compile_again(&self, reloader: &Reloader) -> wasmtime::Result<Component> {
+        let digest = &self.inner.digest;
+        let wasm = std::fs::read(&self.inner.path)
+            .ok()
+            .filter(|wasm| content_digest(wasm) == *digest)
+            .ok_or_else(|| {
+                wasmtime::Error::msg(format!(
+                    "its compiled code, released while it was unloaded, is no longer in the compile cache, and {} no longer holds version {}",
+                    self.inner.path.display(),
+                    &digest[..12]
+                ))
+            })?;
+        tracing::warn!(plugin.id = %self.inner.name, plugin.version = %&digest[..12], "compiled code of an unloaded plugin missing from the compile cache: compiling it again");
+        let component = Component::new(&reloader.engine, &wasm)?;
+        reloader.cache.store(digest, &component);
+        Ok(component)
+    }
+
+    /// Drops this version's compiled code (an unloaded plugin's) if it can be loaded again from
+    /// the compile cache, so an idle plugin keeps neither its instance nor its code; the next
+    /// [`pre`](Self::pre) loads it again. Instances alive keep the code they run. Returns
+    /// whether the code was released.
+    pub fn release_code(&self) -> bool {
+        if self.inner.reload.is_none() {
+            return false;
+        }
+        self.inner
+            .code
+            .lock()
+            .expect("plugin code lock poisoned")
+            .take()
+            .is_some()
+    }
+
+    /// Loads the code again if it was released (what the next instance does anyway).
+    pub fn load_code(&self) -> wasmtime::Result<()> {
+        self.pre().map(drop)
+    }
+
+    /// Whether its code is in memory (not released).
+    pub fn code_loaded(&self) -> bool {
+        self.inner
+            .code
+            .lock()
+            .expect("plugin code lock poisoned")
+            .is_some()
     }
 
     /// The size of the largest linear memory of a fresh instance, before `init`: what an
@@ -191,10 +291,11 @@ impl LoadedPlugin {
             Arc::new(Grants::none()),
             log,
         );
-        let mut store = Store::new(self.pre().engine(), state);
+        let pre = self.pre()?;
+        let mut store = Store::new(pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         store.set_epoch_deadline(u64::MAX / 2);
-        self.pre().instantiate(&mut store)?;
+        pre.instantiate(&mut store)?;
         Ok(store.data().memory.peak)
     }
 }
