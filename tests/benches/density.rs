@@ -33,8 +33,10 @@
 //!
 //! `cargo bench -p wasmformer-tests --bench density [-- --pods 10000 --plugins 1,10,100,1000
 //! --client-go 1,10 --updates 1000 --probes 30 --settle 5 --concurrency 16 --namespaces 4
-//! --logs DIR --unload-after SECONDS]` (`--logs`: keep each host's log; `--unload-after`: also measure
-//! every N with `lifecycle: {unloadAfter}`, its plugins unloaded). Needs `target/release/wasmformer`.
+//! --logs DIR --unload-after SECONDS --bystanders]` (`--logs`: keep each host's log;
+//! `--unload-after`: also measure every N with `lifecycle: {unloadAfter}`, its plugins unloaded;
+//! `--bystanders`: also every N with one plugin on the Pods and the others on ConfigMaps, for CPU
+//! per Pod update against N = 1). Needs `target/release/wasmformer`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Seek};
@@ -79,6 +81,9 @@ struct Options {
     logs: Option<PathBuf>,
     /// `--unload-after SECONDS`: also measure every N with `lifecycle: {unloadAfter}`.
     unload_after: Option<Duration>,
+    /// `--bystanders`: also measure every N with one plugin handling the Pods and the others
+    /// handling ConfigMaps (which do not change): CPU per Pod update against N = 1.
+    bystanders: bool,
 }
 
 fn counts(text: &str) -> Result<Vec<usize>> {
@@ -106,6 +111,7 @@ impl Options {
             namespaces: 4,
             logs: None,
             unload_after: None,
+            bystanders: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -123,6 +129,7 @@ impl Options {
                 "--unload-after" => {
                     options.unload_after = Some(Duration::from_secs_f64(value()?.parse()?))
                 }
+                "--bystanders" => options.bystanders = true,
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -149,12 +156,24 @@ impl Options {
 /// `lifecycle: {unloadAfter}`, measured once every plugin is unloaded, and with each latency
 /// probe sent to unloaded plugins. [`print_report`] prints one RSS column per variant.
 struct Variant {
+    /// Which it is.
+    kind: VariantKind,
     /// The heading of its RSS column.
     label: &'static str,
     /// Extra YAML of each plugin entry, indented by four spaces (empty for none).
     plugin_fields: String,
     /// `lifecycle.unloadAfter`, if the plugins unload.
     unload_after: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VariantKind {
+    /// Every plugin loaded, every plugin handling the Pods.
+    Loaded,
+    /// `lifecycle: {unloadAfter}`.
+    Unloaded,
+    /// Plugin 0 handles the Pods; the others ConfigMaps, which the bench does not change.
+    Bystanders,
 }
 
 /// Memory and threads of a process, or summed over a few.
@@ -441,8 +460,12 @@ impl Bench {
             .iter()
             .enumerate()
             .map(|(i, wasm)| {
+                let kind = match variant.kind == VariantKind::Bystanders && i > 0 {
+                    true => "ConfigMap",
+                    false => "Pod",
+                };
                 format!(
-                    "  - name: {}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: Pod}}]\n    config: {{probe: {}}}\n{}",
+                    "  - name: {}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: {kind}}}]\n    config: {{probe: {}}}\n{}",
                     plugin_name(i),
                     wasm.display(),
                     name_of(PROBE),
@@ -515,7 +538,8 @@ impl Bench {
         let pods = self.cpu_phase_pods();
         self.update(pods.clone())?;
         let marker = self.update(vec![PROBE])?.remove(0);
-        tail.wait_for(&marker, plugins, Duration::from_secs(1800))?;
+        let handlers = variants[variant].handlers(plugins);
+        tail.wait_for(&marker, handlers, Duration::from_secs(1800))?;
         let (cpu_after, took) = (cpu_time(host.pid())?, started.elapsed());
         let after = scrape(&host)?;
         let cpu = CpuPhase {
@@ -541,7 +565,7 @@ impl Bench {
             }
             let sent = SystemTime::now();
             let version = self.update(vec![PROBE])?.remove(0);
-            let seen = tail.wait_for(&version, plugins, Duration::from_secs(300))?;
+            let seen = tail.wait_for(&version, handlers, Duration::from_secs(300))?;
             let latencies: Vec<Duration> = seen
                 .values()
                 .map(|at| at.duration_since(sent).unwrap_or_default())
@@ -668,6 +692,7 @@ impl Bench {
 impl Variant {
     fn loaded() -> Self {
         Self {
+            kind: VariantKind::Loaded,
             label: "RSS (every plugin loaded)",
             plugin_fields: String::new(),
             unload_after: None,
@@ -676,9 +701,27 @@ impl Variant {
 
     fn unloaded(after: Duration) -> Self {
         Self {
+            kind: VariantKind::Unloaded,
             label: "RSS with idle plugins unloaded",
             plugin_fields: format!("    lifecycle: {{unloadAfter: {}ms}}\n", after.as_millis()),
             unload_after: Some(after),
+        }
+    }
+
+    fn bystanders() -> Self {
+        Self {
+            kind: VariantKind::Bystanders,
+            label: "RSS, one plugin on Pods, the others on ConfigMaps",
+            plugin_fields: String::new(),
+            unload_after: None,
+        }
+    }
+
+    /// How many of `plugins` handle the Pods the bench updates.
+    fn handlers(&self, plugins: usize) -> usize {
+        match self.kind {
+            VariantKind::Bystanders => 1,
+            _ => plugins,
         }
     }
 }
@@ -740,6 +783,9 @@ fn main() -> Result<()> {
 
     let mut variants = vec![Variant::loaded()];
     variants.extend(bench.options.unload_after.map(Variant::unloaded));
+    if bench.options.bystanders {
+        variants.push(Variant::bystanders());
+    }
     let mut hosts = Vec::new();
     for n in bench.options.plugins.clone() {
         for variant in 0..variants.len() {
@@ -779,7 +825,13 @@ fn bound(le: Option<f64>) -> String {
 
 fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &[PeerRow]) {
     let options = &bench.options;
-    let loaded: Vec<&HostRow> = hosts.iter().filter(|r| r.variant == 0).collect();
+    let of_kind = |kind: VariantKind| -> Vec<&HostRow> {
+        hosts
+            .iter()
+            .filter(|r| variants[r.variant].kind == kind)
+            .collect()
+    };
+    let loaded = of_kind(VariantKind::Loaded);
     let first = loaded[0];
     let wasm_bytes = std::fs::metadata(&bench.plugins[0]).map_or(0, |m| m.len());
 
@@ -856,7 +908,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
         );
     }
 
-    let unloaded: Vec<&HostRow> = hosts.iter().filter(|r| r.variant == 1).collect();
+    let unloaded = of_kind(VariantKind::Unloaded);
     if let (Some(first_unloaded), Some(after)) = (unloaded.first(), options.unload_after) {
         println!(
             "\n### With idle plugins unloaded (`lifecycle: {{unloadAfter: {}ms}}`)\n",
@@ -883,6 +935,31 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
                 ms(row.latency.all.0),
                 ms(row.latency.all.1),
                 row.failed
+            );
+        }
+    }
+
+    let bystanders = of_kind(VariantKind::Bystanders);
+    if !bystanders.is_empty() {
+        println!("\n### CPU per Pod update with bystanders\n");
+        println!(
+            "Plugin 0 handles the Pods; the other N − 1 handle ConfigMaps (one shared informer), which the bench does not change: they are loaded and subscribed but have nothing to do. CPU phase and latency as above, for plugin 0. \"vs N = 1\": CPU per Pod update against the host with plugin 0 alone (first table), same run.\n"
+        );
+        println!(
+            "| N plugins | RSS | threads | handler calls | CPU per Pod update | vs N = 1 | update → handled p50 | p99 |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &bystanders {
+            println!(
+                "| {} | {} | {} | {} | {} | {:.2}× | {} | {} |",
+                row.plugins,
+                mib(row.footprint.rss),
+                row.footprint.threads,
+                row.cpu.calls,
+                us(row.cpu.per_update()),
+                row.cpu.per_update().as_secs_f64() / first.cpu.per_update().as_secs_f64(),
+                ms(row.latency.each.0),
+                ms(row.latency.each.1)
             );
         }
     }
@@ -1003,26 +1080,47 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
                 "no"
             }
         );
+        // The delivery pool's threads (`host.deliveryThreads`, 32 by default) and its timer.
+        let bound = first.footprint.threads + 33;
         println!(
             "| threads do not grow with N | {} at N = {}, {} at N = {} | {} |",
             first.footprint.threads,
             first.plugins,
             last.footprint.threads,
             last.plugins,
-            if last.footprint.threads <= first.footprint.threads {
-                "yes"
+            if last.footprint.threads <= bound {
+                format!(
+                    "yes: at most N = {}'s + the delivery pool (32) + its timer",
+                    first.plugins
+                )
             } else {
-                "no: one OS thread per plugin"
+                "no".into()
             }
         );
-        let (a, b) = (first.cpu.per_call(), last.cpu.per_call());
-        println!(
-            "| CPU per event grows with the plugins that handle it, not with those loaded | {} per handler call at N = {}, {} at N = {} | not measured as stated: here every loaded plugin handles every Pod |",
-            us(a),
-            first.plugins,
-            us(b),
-            last.plugins,
-        );
+        match bystanders.iter().find(|r| r.plugins == last.plugins) {
+            Some(row) => {
+                let ratio =
+                    row.cpu.per_update().as_secs_f64() / first.cpu.per_update().as_secs_f64();
+                println!(
+                    "| CPU per event grows with the plugins that handle it, not with those loaded | per Pod update {} with 1 plugin, {} with 1 handling and {} loaded ({ratio:.2}×) | {} |",
+                    us(first.cpu.per_update()),
+                    us(row.cpu.per_update()),
+                    row.plugins,
+                    if ratio <= 1.5 {
+                        "yes (within 1.5×)"
+                    } else {
+                        "no"
+                    }
+                );
+            }
+            None => println!(
+                "| CPU per event grows with the plugins that handle it, not with those loaded | {} per handler call at N = {}, {} at N = {} | not measured as stated (run with --bystanders) |",
+                us(first.cpu.per_call()),
+                first.plugins,
+                us(last.cpu.per_call()),
+                last.plugins,
+            ),
+        }
     }
     match (unloaded.first(), unloaded.last()) {
         (Some(first), Some(last)) if last.plugins > first.plugins => {

@@ -203,11 +203,17 @@ impl PluginWorker {
         });
         match before {
             Some(before) => {
-                let scheduled = scheduled.clone();
+                let (scheduled, plugin) = (scheduled.clone(), name.clone());
                 std::thread::Builder::new()
                     .name(format!("plugin-{name}-handover"))
                     .spawn(move || {
-                        if let Some(state) = before()
+                        // A panic here must not leave the worker "running" forever.
+                        let state = std::panic::catch_unwind(AssertUnwindSafe(before))
+                            .unwrap_or_else(|_| {
+                                tracing::error!(plugin.id = %plugin, "stopping the previous version panicked; this version starts without its state");
+                                None
+                            });
+                        if let Some(state) = state
                             && let Some(delivery) = scheduled.lock().as_mut()
                         {
                             delivery.restore(state);
