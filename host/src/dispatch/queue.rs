@@ -22,8 +22,9 @@ type Queued = (u64, SubscriptionId, Event);
 
 /// Entries a drained queue keeps room for; what a backlog (an initial list of 10k objects) grew
 /// beyond is given back when the queue empties, so a thousand idle plugins do not each hold the
-/// capacity of their initial list (about 1.2 MiB per plugin with 10k Pods).
-const KEPT_CAPACITY: usize = 256;
+/// capacity of their initial list (about 1.2 MiB per plugin with 10k Pods). Small: 256 entries
+/// still cost about 40 KiB per plugin (the queue and its two maps), and a burst regrows it.
+const KEPT_CAPACITY: usize = 32;
 
 #[derive(Debug, Default)]
 struct State {
