@@ -867,6 +867,14 @@ mod tests {
         );
     }
 
+    /// `guest` loaded as plugin `name`, with the engine it needs (kept for its epoch ticker).
+    fn load(name: &str, guest: &str) -> (crate::plugin::PluginEngine, crate::plugin::LoadedPlugin) {
+        let engine = crate::plugin::PluginEngine::new(None).unwrap();
+        let loaded =
+            crate::plugin::LoadedPlugin::load(&engine, name, std::path::Path::new(guest)).unwrap();
+        (engine, loaded)
+    }
+
     /// A Pod informer whose watch never sends anything, and the plugin's one handled kind on it.
     fn quiet_pod_informer() -> (Arc<Informer>, Vec<HandledKind>) {
         let key = InformerKey::new(
@@ -892,13 +900,7 @@ mod tests {
     /// every unload.
     #[test]
     fn events_around_idle_unloads_are_delivered_once_in_order_with_the_state_kept() {
-        let engine = crate::plugin::PluginEngine::new(None).unwrap();
-        let loaded = crate::plugin::LoadedPlugin::load(
-            &engine,
-            "counter",
-            wasmformer_tests::guests::COUNTER.as_ref(),
-        )
-        .unwrap();
+        let (_engine, loaded) = load("counter", wasmformer_tests::guests::COUNTER);
         let lines = Arc::new(Mutex::new(Vec::<Value>::new()));
         let seen = lines.clone();
         let observer = Arc::new(move |line: &crate::plugin::LogLine| {
@@ -982,13 +984,7 @@ mod tests {
     fn many_workers_share_a_bounded_pool_and_idle_ones_hold_no_thread() {
         const PLUGINS: usize = 200;
         const EVENTS: u64 = 5;
-        let engine = crate::plugin::PluginEngine::new(None).unwrap();
-        let loaded = crate::plugin::LoadedPlugin::load(
-            &engine,
-            "counter",
-            wasmformer_tests::guests::COUNTER.as_ref(),
-        )
-        .unwrap();
+        let (_engine, loaded) = load("counter", wasmformer_tests::guests::COUNTER);
         let pool = DeliveryPool::with_keep_alive(4, Duration::from_millis(200));
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let _entered = runtime.enter();
@@ -1094,13 +1090,7 @@ mod tests {
     /// Issue 18, item 12: the warning that a stopped plugin's queue was not drained names it.
     #[tokio::test]
     async fn the_undrained_queue_warning_names_its_plugin() {
-        let engine = crate::plugin::PluginEngine::new(None).unwrap();
-        let loaded = crate::plugin::LoadedPlugin::load(
-            &engine,
-            "slow-rec",
-            wasmformer_tests::guests::RECORDER.as_ref(),
-        )
-        .unwrap();
+        let (_engine, loaded) = load("slow-rec", wasmformer_tests::guests::RECORDER);
         let limits = crate::plugin::Limits {
             deadline: Duration::from_secs(10),
             ..Default::default()
