@@ -6,8 +6,8 @@
 //! as client-go's DeltaFIFO would; adds and deletes are never merged or dropped.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 use crate::cache::{CachedObject, Event, ObjectKey};
 use crate::informer::EventSink;
@@ -43,7 +43,6 @@ struct State {
 #[derive(Debug)]
 pub struct EventQueue {
     state: Mutex<State>,
-    ready: Condvar,
     /// Told whenever [`pop`](Self::pop) may find something new: the plugin's worker, which
     /// holds a thread only while it has something to do.
     waker: OnceLock<Waker>,
@@ -70,8 +69,8 @@ pub enum Popped {
         /// The event (`Synced` included: the subscription's initial list is queued in full).
         event: Event,
     },
-    /// Nothing arrived before the timeout.
-    Timeout,
+    /// Nothing is queued.
+    Empty,
     /// [`EventQueue::wake`] was called.
     Woken,
     /// The queue is closed and drained.
@@ -88,7 +87,6 @@ impl EventQueue {
     pub fn with_metrics(max_queued: usize, metrics: QueueMetrics) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::default(),
-            ready: Condvar::new(),
             waker: OnceLock::new(),
             max_queued,
             metrics,
@@ -107,12 +105,8 @@ impl EventQueue {
         }
     }
 
-    /// Wakes the threads waiting in `pop` and the worker.
-    fn notify(&self, all: bool) {
-        match all {
-            true => self.ready.notify_all(),
-            false => self.ready.notify_one(),
-        }
+    /// Tells the worker.
+    fn notify(&self) {
         if let Some(Waker(waker)) = self.waker.get() {
             waker();
         }
@@ -134,7 +128,7 @@ impl EventQueue {
         Self::append(&mut state, subscription, event);
         self.metrics.added(state.items.len());
         drop(state);
-        self.notify(false);
+        self.notify();
     }
 
     fn append(state: &mut State, subscription: SubscriptionId, event: Event) {
@@ -182,7 +176,7 @@ impl EventQueue {
         }
         self.metrics.depth(state.items.len());
         drop(state);
-        self.notify(false);
+        self.notify();
         dropped
     }
 
@@ -239,63 +233,49 @@ impl EventQueue {
         }
         drop(state);
         if queued > 0 {
-            self.notify(false);
+            self.notify();
         }
         queued
     }
 
-    /// The next item, waiting up to `timeout` (forever when `None`).
-    pub fn pop(&self, timeout: Option<Duration>) -> Popped {
-        let deadline = timeout.map(|t| Instant::now() + t);
+    /// The next item, without waiting: the worker is told (see [`set_waker`](Self::set_waker))
+    /// when there is one.
+    pub fn pop(&self) -> Popped {
         let mut state = self.lock();
-        loop {
-            if let Some((seq, subscription, event)) = state.items.pop_front() {
-                if let Some(obj) = event.object() {
-                    let key = (subscription, obj.key().clone());
-                    if state.latest.get(&key) == Some(&seq) {
-                        state.latest.remove(&key);
-                    }
+        if let Some((seq, subscription, event)) = state.items.pop_front() {
+            if let Some(obj) = event.object() {
+                let key = (subscription, obj.key().clone());
+                if state.latest.get(&key) == Some(&seq) {
+                    state.latest.remove(&key);
                 }
-                if let Some(at) = state.enqueued.remove(&seq) {
-                    self.metrics.taken(at.elapsed());
-                }
-                if state.items.is_empty() && state.items.capacity() > KEPT_CAPACITY {
-                    state.items.shrink_to(KEPT_CAPACITY);
-                    state.latest.shrink_to(KEPT_CAPACITY);
-                    state.enqueued.shrink_to(KEPT_CAPACITY);
-                }
-                self.metrics.depth(state.items.len());
-                return Popped::Event {
-                    subscription,
-                    event,
-                };
             }
-            if state.closed {
-                return Popped::Closed;
+            if let Some(at) = state.enqueued.remove(&seq) {
+                self.metrics.taken(at.elapsed());
             }
-            if std::mem::take(&mut state.woken) {
-                return Popped::Woken;
+            if state.items.is_empty() && state.items.capacity() > KEPT_CAPACITY {
+                state.items.shrink_to(KEPT_CAPACITY);
+                state.latest.shrink_to(KEPT_CAPACITY);
+                state.enqueued.shrink_to(KEPT_CAPACITY);
             }
-            state = match deadline {
-                None => self.ready.wait(state).expect("event queue lock poisoned"),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Popped::Timeout;
-                    }
-                    self.ready
-                        .wait_timeout(state, left)
-                        .expect("event queue lock poisoned")
-                        .0
-                }
+            self.metrics.depth(state.items.len());
+            return Popped::Event {
+                subscription,
+                event,
             };
         }
+        if state.closed {
+            return Popped::Closed;
+        }
+        if std::mem::take(&mut state.woken) {
+            return Popped::Woken;
+        }
+        Popped::Empty
     }
 
     /// Stops accepting items; [`pop`](Self::pop) drains what is queued, then says `Closed`.
     pub fn close(&self) {
         self.lock().closed = true;
-        self.notify(true);
+        self.notify();
     }
 
     /// Drops everything queued and closes (shutdown past its deadline).
@@ -308,14 +288,15 @@ impl EventQueue {
         state.closed = true;
         self.metrics.depth(0);
         drop(state);
-        self.notify(true);
+        self.notify();
         dropped
     }
 
-    /// Wakes a waiting [`pop`](Self::pop) so the worker can look at its swap slot.
+    /// Makes the next [`pop`](Self::pop) of an empty queue say `Woken`, and tells the worker,
+    /// so it looks at its swap slot.
     pub fn wake(&self) {
         self.lock().woken = true;
-        self.notify(true);
+        self.notify();
     }
 
     /// Gives back the memory of an empty queue (its plugin was unloaded while idle); a queue
@@ -430,7 +411,7 @@ mod tests {
         while let Popped::Event {
             subscription,
             event,
-        } = queue.pop(Some(Duration::ZERO))
+        } = queue.pop()
         {
             seen.push(match &event {
                 Event::Update { old, new } => {
@@ -583,7 +564,7 @@ mod tests {
         queue.push(0, update("a", 1, 2));
         queue.close();
         queue.push(0, update("a", 2, 3));
-        assert!(matches!(queue.pop(None), Popped::Event { .. }));
-        assert!(matches!(queue.pop(None), Popped::Closed));
+        assert!(matches!(queue.pop(), Popped::Event { .. }));
+        assert!(matches!(queue.pop(), Popped::Closed));
     }
 }

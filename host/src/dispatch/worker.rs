@@ -218,8 +218,7 @@ impl PluginWorker {
                         {
                             delivery.restore(state);
                         }
-                        scheduled.schedule.store(QUEUED, Ordering::SeqCst);
-                        scheduled.pool.submit(scheduled.clone());
+                        scheduled.requeue();
                     })
                     .expect("spawn a plugin handover thread");
             }
@@ -306,6 +305,12 @@ impl Scheduled {
         }
     }
 
+    /// Queues the worker on the pool again, from running (or its handover).
+    fn requeue(self: &Arc<Self>) {
+        self.schedule.store(QUEUED, Ordering::SeqCst);
+        self.pool.submit(self.clone());
+    }
+
     /// Sets a timer for `at` unless one at or before it is set.
     fn wake_at(self: &Arc<Self>, at: Instant) {
         let mut timer = self.timer.lock().expect("plugin timer lock poisoned");
@@ -320,8 +325,10 @@ impl Scheduled {
 
     fn end(&self, panicked: bool) {
         self.schedule.store(ENDED, Ordering::SeqCst);
-        let instance = self.lock().take().map(|delivery| delivery.instance);
-        let instance = if panicked { None } else { instance };
+        let delivery = self.lock().take();
+        let instance = delivery
+            .filter(|_| !panicked)
+            .map(|delivery| delivery.instance);
         if let Some(finished) = self.finished.lock().expect("finished lock").take() {
             let _ = finished.send(instance);
         }
@@ -346,10 +353,7 @@ impl Task for Scheduled {
                 self.end(true);
             }
             Some(Turn::Ended) => self.end(false),
-            Some(Turn::Yield) => {
-                self.schedule.store(QUEUED, Ordering::SeqCst);
-                self.pool.submit(self.clone());
-            }
+            Some(Turn::Yield) => self.requeue(),
             Some(Turn::Idle(wake)) => {
                 if let Some(at) = wake {
                     self.wake_at(at);
@@ -360,8 +364,7 @@ impl Task for Scheduled {
                     .is_err()
                 {
                     // Told of something new during the turn.
-                    self.schedule.store(QUEUED, Ordering::SeqCst);
-                    self.pool.submit(self.clone());
+                    self.requeue();
                 }
             }
         }
@@ -403,23 +406,25 @@ impl Delivery {
                 self.events_in_a_row = 0;
                 continue;
             }
-            let resync_in = self
-                .next_resync
-                .map(|at| at.saturating_duration_since(Instant::now()));
-            let work_in = self.work.next_in();
-            let wait = [resync_in, work_in, self.unload_in(work_in)]
-                .into_iter()
-                .flatten()
-                .min();
-            match self.queue.pop(Some(Duration::ZERO)) {
+            match self.queue.pop() {
                 Popped::Closed => return self.ended(),
                 Popped::Woken => {}
-                Popped::Timeout => {
-                    if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
-                        return Turn::Idle(Some(Instant::now() + wait));
-                    }
-                    if wait.is_none() {
-                        return Turn::Idle(None);
+                Popped::Empty => {
+                    let resync_in = self
+                        .next_resync
+                        .map(|at| at.saturating_duration_since(Instant::now()));
+                    let work_in = self.work.next_in();
+                    let wait = [resync_in, work_in, self.unload_in(work_in)]
+                        .into_iter()
+                        .flatten()
+                        .min();
+                    match wait {
+                        None => return Turn::Idle(None),
+                        Some(wait) if !wait.is_zero() => {
+                            return Turn::Idle(Some(Instant::now() + wait));
+                        }
+                        // Something is due now.
+                        Some(_) => {}
                     }
                     self.events_in_a_row = 0;
                     if let (Some(period), Some(at)) = (self.resync, self.next_resync.as_mut())
@@ -787,7 +792,7 @@ mod tests {
 
     fn drain(queue: &EventQueue) -> Vec<String> {
         let mut seen = Vec::new();
-        while let Popped::Event { event, .. } = queue.pop(Some(Duration::ZERO)) {
+        while let Popped::Event { event, .. } = queue.pop() {
             seen.push(match &event {
                 Event::Update { old, new } => {
                     format!(
