@@ -213,18 +213,29 @@ impl PluginEngine {
     /// it came from the cache. A cached artifact this host did not write, or that this engine
     /// rejects, is recompiled and replaced.
     pub(crate) fn compile(&self, wasm: &[u8], digest: &str) -> wasmtime::Result<(Component, bool)> {
-        let Some(cache) = &self.cache else {
-            return Ok((Component::new(&self.engine, wasm)?, false));
-        };
-        if let Some(component) = cache.load(&self.engine, digest) {
-            return Ok((component, true));
+        match &self.cache {
+            Some(cache) => compile_cached(&self.engine, cache, wasm, digest),
+            None => Ok((Component::new(&self.engine, wasm)?, false)),
         }
-        let component = Component::new(&self.engine, wasm)?;
-        cache.store(digest, &component);
-        // Mapped from the file just written, its code is file-backed like a cached load's.
-        let component = cache.load(&self.engine, digest).unwrap_or(component);
-        Ok((component, false))
     }
+}
+
+/// Loads `digest` from `cache`, or compiles `wasm` and caches it; returns whether it came from
+/// the cache.
+fn compile_cached(
+    engine: &Engine,
+    cache: &CompileCache,
+    wasm: &[u8],
+    digest: &str,
+) -> wasmtime::Result<(Component, bool)> {
+    if let Some(component) = cache.load(engine, digest) {
+        return Ok((component, true));
+    }
+    let component = Component::new(engine, wasm)?;
+    cache.store(digest, &component);
+    // Mapped from the file just written, its code is file-backed like a cached load's.
+    let component = cache.load(engine, digest).unwrap_or(component);
+    Ok((component, false))
 }
 
 /// The engine, linker and compile cache a plugin's code is loaded again from.
@@ -233,6 +244,13 @@ pub(crate) struct Reloader {
     pub engine: Engine,
     pub linker: Arc<Linker<HostState>>,
     pub cache: Arc<CompileCache>,
+}
+
+impl Reloader {
+    /// [`PluginEngine::compile`], with the compile cache.
+    pub fn compile(&self, wasm: &[u8], digest: &str) -> wasmtime::Result<(Component, bool)> {
+        compile_cached(&self.engine, &self.cache, wasm, digest)
+    }
 }
 
 /// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.

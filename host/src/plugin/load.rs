@@ -49,21 +49,14 @@ struct Inner {
     /// The compiled code, linked; `None` while released (see [`LoadedPlugin::release_code`]).
     code: Mutex<Option<Pre>>,
     /// Where the code is loaded again from, if it can be released.
-    reload: Option<Reload>,
+    reload: Option<Reloader>,
+    /// The minor version of the contract its handler was built for (its world).
+    minor: u64,
     reconciles: bool,
     keeps_state: bool,
     from_cache: bool,
     load_time: Duration,
     contract: String,
-}
-
-/// How to load a released plugin's code again: from the compile cache, by digest, in the world
-/// it was checked for at load.
-struct Reload {
-    reloader: Reloader,
-    minor: u64,
-    reconciler: bool,
-    state: bool,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -129,12 +122,7 @@ impl LoadedPlugin {
             }
         })?;
         let (reconciles, keeps_state) = (pre.reconciles(), pre.keeps_state());
-        let reload = engine.reloader().map(|reloader| Reload {
-            reloader,
-            minor,
-            reconciler: info.reconciler,
-            state: info.state,
-        });
+        let reload = engine.reloader();
         let load_time = started.elapsed();
         tracing::info!(
             plugin.id = %plugin, plugin.version = %&digest[..12], plugin.fromCache = from_cache,
@@ -147,6 +135,7 @@ impl LoadedPlugin {
                 digest,
                 code: Mutex::new(Some(pre)),
                 reload,
+                minor,
                 reconciles,
                 keeps_state,
                 from_cache,
@@ -202,12 +191,7 @@ impl LoadedPlugin {
         if let Some(pre) = &*code {
             return Ok(pre.clone());
         }
-        let Reload {
-            reloader,
-            minor,
-            reconciler,
-            state,
-        } = self
+        let reloader = self
             .inner
             .reload
             .as_ref()
@@ -216,10 +200,11 @@ impl LoadedPlugin {
             Some(component) => component,
             None => self.compile_again(reloader)?,
         };
+        // The world it was checked for at load: the same exports, so the same flags.
         let pre = Pre::new(
-            *minor,
-            *reconciler,
-            *state,
+            self.inner.minor,
+            self.reconciles(),
+            self.keeps_state(),
             reloader.linker.instantiate_pre(&component)?,
         )?;
         *code = Some(pre.clone());
@@ -241,9 +226,7 @@ impl LoadedPlugin {
                 ))
             })?;
         tracing::warn!(plugin.id = %self.inner.name, plugin.version = %&digest[..12], "compiled code of an unloaded plugin missing from the compile cache: compiling it again");
-        let component = Component::new(&reloader.engine, &wasm)?;
-        reloader.cache.store(digest, &component);
-        Ok(component)
+        Ok(reloader.compile(&wasm, digest)?.0)
     }
 
     /// Drops this version's compiled code (an unloaded plugin's) if it can be loaded again from
