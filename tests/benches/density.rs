@@ -48,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use prometheus_parse::{Scrape, Value as Metric};
 use serde_json::Value;
+use wasmformer::dispatch::DeliveryPool;
 use wasmformer_tests::apiserver::KubeApiserver;
 use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
@@ -1048,7 +1049,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
                 "| N = 100: the host ≤ 0.01× the memory of 100 client-go processes | {ratio:.3}× ({} vs 100 × {}, extrapolated) | {} |",
                 mib(host.footprint.rss),
                 mib(go.footprint.rss),
-                if ratio <= 0.01 { "yes" } else { "no" }
+                met(ratio <= 0.01)
             );
         }
         _ => println!(
@@ -1059,11 +1060,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
         Some(host) => println!(
             "| N = 1000: ≤ 512 MiB in all | {} | {} |",
             mib(host.footprint.rss),
-            if host.footprint.rss <= 512 << 20 {
-                "yes"
-            } else {
-                "no"
-            }
+            met(host.footprint.rss <= 512 << 20)
         ),
         None => println!("| N = 1000: ≤ 512 MiB in all | not measured (--plugins) | — |"),
     }
@@ -1074,14 +1071,11 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             kib(per_plugin),
             first.plugins,
             last.plugins,
-            if per_plugin <= 256.0 * 1024.0 {
-                "yes"
-            } else {
-                "no"
-            }
+            met(per_plugin <= 256.0 * 1024.0)
         );
-        // The delivery pool's threads (`host.deliveryThreads`, 32 by default) and its timer.
-        let bound = first.footprint.threads + 33;
+        // The delivery pool's threads (`host.deliveryThreads`, the default here) and its timer.
+        let pool = DeliveryPool::DEFAULT_THREADS as u64;
+        let bound = first.footprint.threads + pool + 1;
         println!(
             "| threads do not grow with N | {} at N = {}, {} at N = {} | {} |",
             first.footprint.threads,
@@ -1090,7 +1084,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             last.plugins,
             if last.footprint.threads <= bound {
                 format!(
-                    "yes: at most N = {}'s + the delivery pool (32) + its timer",
+                    "yes: at most N = {}'s + the delivery pool ({pool}) + its timer",
                     first.plugins
                 )
             } else {
@@ -1130,11 +1124,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
                 kib(per_plugin),
                 first.plugins,
                 last.plugins,
-                if per_plugin <= 16.0 * 1024.0 {
-                    "yes"
-                } else {
-                    "no"
-                }
+                met(per_plugin <= 16.0 * 1024.0)
             );
             let p99 = unloaded
                 .iter()
@@ -1144,11 +1134,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
             println!(
                 "| p99 of an event to an unloaded plugin ≤ 5 ms (idle host) | {} (the worst N; the API server's write and watch included) | {} |",
                 ms(p99),
-                if p99 <= Duration::from_millis(5) {
-                    "yes"
-                } else {
-                    "no"
-                }
+                met(p99 <= Duration::from_millis(5))
             );
         }
         _ => println!(
@@ -1157,6 +1143,11 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
     }
 
     print_loads_and_notes(&bench.loads, &bench.notes);
+}
+
+/// A goal's verdict.
+fn met(ok: bool) -> &'static str {
+    if ok { "yes" } else { "no" }
 }
 
 /// RSS per plugin beyond `first`'s: (RSS(row) − RSS(first)) / (N(row) − N(first)), in bytes;
