@@ -1,5 +1,7 @@
 //! Builds every plugin (the examples and the test guests) to a wasm component with
-//! `cargo build --release --target wasm32-wasip2`, into `target/wasm`, and writes their paths as
+//! `cargo build --release --target wasm32-wasip2` and whole-program optimisation (what
+//! `wasmformer new` puts in a plugin's Cargo.toml, given here as `--config` so the host's own
+//! release build is not slowed by it), into `target/wasm`, and writes their paths as
 //! constants into `$OUT_DIR/guests.rs`. A guest crate without a constant cannot be used, and a
 //! constant without a crate fails this build.
 
@@ -41,6 +43,10 @@ fn main() {
         .args([
             "build",
             "--release",
+            "--config",
+            "profile.release.lto=true",
+            "--config",
+            "profile.release.codegen-units=1",
             "--target",
             "wasm32-wasip2",
             "--target-dir",

@@ -477,19 +477,33 @@ const LIBRARY_FRAMES: &[&str] = &[
 
 /// The innermost frame of the plugin's own code, demangled without its hash:
 /// `guest_panic::explode`, `<my_plugin::Logger as wasmformer_guest::Plugin>::on_add`.
+///
+/// A plugin built with whole-program optimisation may have its handler inlined into the
+/// component's export (`wasmformer:plugin/handler@0.3.2#on-add`): with no frame of its own code,
+/// the export names the handler.
 fn guest_frame(backtrace: &wasmtime::WasmBacktrace) -> Option<String> {
-    backtrace.frames().iter().find_map(|frame| {
+    let names = backtrace.frames().iter().filter_map(|frame| {
         let raw = frame
             .symbols()
             .first()
             .and_then(|s| s.name())
             .or(frame.func_name())?;
-        let name = format!("{:#}", rustc_demangle::demangle(raw));
+        Some(format!("{:#}", rustc_demangle::demangle(raw)))
+    });
+    let mut export = None;
+    for name in names {
         let library = !name.contains("::")
             || LIBRARY_FRAMES.iter().any(|prefix| name.starts_with(prefix))
             || name.contains("::_export_");
-        (!library).then_some(name)
-    })
+        if !library {
+            return Some(name);
+        }
+        // `<interface>#<function>`; not a Rust path's `{closure#0}`.
+        if export.is_none() && name.contains('#') && !name.contains("::") {
+            export = Some(name);
+        }
+    }
+    export
 }
 
 #[cfg(test)]
