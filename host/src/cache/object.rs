@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -99,15 +100,16 @@ pub enum ObjectError {
 }
 
 /// One object in the cache: identity and labels extracted once, the body kept as compact JSON
-/// (what plugins receive, so no handler call re-serializes it), and the object's values for each
-/// of its store's indexes.
+/// (what plugins receive, so no handler call re-serializes it; shared, so a lister answer lowers
+/// it into the guest without a copy on the host), and the object's values for each of its store's
+/// indexes.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CachedObject {
     key: ObjectKey,
     uid: String,
     resource_version: String,
     labels: BTreeMap<String, String>,
-    body: Box<str>,
+    body: Arc<str>,
     index_values: Box<[Box<[String]>]>,
 }
 
@@ -173,7 +175,7 @@ impl CachedObject {
             uid,
             resource_version,
             labels,
-            body: value.to_string().into_boxed_str(),
+            body: value.to_string().into(),
             index_values,
         })
     }
@@ -213,6 +215,11 @@ impl CachedObject {
         &self.body
     }
 
+    /// The body, shared with the cache.
+    pub fn shared_body(&self) -> Arc<str> {
+        self.body.clone()
+    }
+
     /// The object's values for its store's `i`-th index.
     pub(crate) fn index_values(&self, i: usize) -> &[String] {
         self.index_values.get(i).map_or(&[], |v| v)
@@ -237,7 +244,9 @@ impl CachedObject {
             + self.resource_version.len()
             + labels
             + indexes
+            // The shared body's two reference counts.
             + self.body.len()
+            + 2 * std::mem::size_of::<usize>()
     }
 }
 

@@ -23,7 +23,6 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::Plugin as PluginWorld;
 use super::bindings_v02::Plugin as LegacyWorld;
 use super::cache::CompileCache;
 use super::host::HostState;
@@ -124,10 +123,16 @@ impl PluginEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         super::host::poll::add_to_linker(&mut linker)?;
-        PluginWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
-            &mut linker,
-            |s| s,
-        )?;
+        // The current contract's imports, interface by interface: `lister` is linked by hand.
+        {
+            use super::bindings::wasmformer::plugin::{log, retry, types, writer};
+            use wasmtime::component::HasSelf;
+            types::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+            log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+            writer::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+            retry::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+            super::host::add_lister_to_linker(&mut linker)?;
+        }
         LegacyWorld::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,

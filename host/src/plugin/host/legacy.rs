@@ -2,6 +2,7 @@
 //! implementations: the records are the same shapes, converted by moving their fields.
 
 use super::HostState;
+use super::lister::SharedObject;
 use crate::plugin::bindings::wasmformer::plugin::{lister, log, types};
 use crate::plugin::bindings_v02::wasmformer::plugin::{
     lister as old_lister, log as old_log, types as old_types,
@@ -15,7 +16,8 @@ fn gvk(kind: old_types::Gvk) -> types::Gvk {
     }
 }
 
-fn object(obj: types::Object) -> old_types::Object {
+fn object(obj: SharedObject) -> old_types::Object {
+    let obj = obj.into_owned();
     old_types::Object {
         meta: obj.meta,
         body: obj.body,
@@ -40,11 +42,10 @@ impl old_lister::Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<old_types::Object, old_lister::Error>> {
-        Ok(
-            <Self as lister::Host>::get(self, gvk(kind), namespace, name)?
-                .map(object)
-                .map_err(error),
-        )
+        Ok(self
+            .lister_get(gvk(kind), namespace, name)?
+            .map(object)
+            .map_err(error))
     }
 
     fn list(
@@ -53,7 +54,7 @@ impl old_lister::Host for HostState {
         namespace: Option<String>,
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
-        let found = <Self as lister::Host>::list(self, gvk(kind), namespace, label_selector)?;
+        let found = self.lister_list(gvk(kind), namespace, label_selector)?;
         Ok(found
             .map(|objects| objects.into_iter().map(object).collect())
             .map_err(error))
@@ -65,7 +66,7 @@ impl old_lister::Host for HostState {
         index: String,
         value: String,
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
-        let found = <Self as lister::Host>::by_index(self, gvk(kind), index, value)?;
+        let found = self.lister_by_index(gvk(kind), index, value)?;
         Ok(found
             .map(|objects| objects.into_iter().map(object).collect())
             .map_err(error))

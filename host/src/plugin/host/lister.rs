@@ -9,11 +9,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::{HostState, wit_object};
+use wasmtime::StoreContextMut;
+use wasmtime::component::{ComponentType, Linker, Lower};
+
+use super::{HostState, wit_meta};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
 use crate::metrics::ListerCalls;
-use crate::plugin::bindings::wasmformer::plugin::lister::{self, Error};
+use crate::plugin::bindings::wasmformer::plugin::lister::Error;
 use crate::plugin::bindings::wasmformer::plugin::types;
+use crate::plugin::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// The stores one plugin may read, by kind: one per subscription or read grant of that kind (a
 /// kind it handles is granted too); and what it may write.
@@ -194,30 +198,62 @@ impl HostState {
     }
 }
 
-impl lister::Host for HostState {
-    fn get(
+/// The record `object` as a lister call answers it: `meta` built as for a handler call, the body
+/// shared with the cache and lowered straight into the guest's memory, not copied on the host
+/// first (issue 17: the copy was about a third of a listed object's cost).
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct SharedObject {
+    meta: String,
+    body: Arc<str>,
+}
+
+impl SharedObject {
+    fn new(gvk: &Gvk, obj: &CachedObject) -> Self {
+        Self {
+            meta: wit_meta(gvk, obj),
+            body: obj.shared_body(),
+        }
+    }
+
+    /// The owned record (what the 0.2 contract's bindings lower).
+    pub(crate) fn into_owned(self) -> types::Object {
+        types::Object {
+            meta: self.meta,
+            body: self.body.to_string(),
+        }
+    }
+}
+
+/// A lister call's answer; the error is the plugin's to handle, a trap (`Err`) ends its call.
+type Answer<T> = wasmtime::Result<Result<T, Error>>;
+
+impl HostState {
+    /// `lister.get`.
+    pub(crate) fn lister_get(
         &mut self,
         kind: types::Gvk,
         namespace: String,
         name: String,
-    ) -> wasmtime::Result<Result<types::Object, Error>> {
+    ) -> Answer<SharedObject> {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "get").and_then(|granted| {
             granted
                 .get(&namespace, &name)
-                .map(|obj| wit_object(granted.gvk(), &obj))
+                .map(|obj| SharedObject::new(granted.gvk(), &obj))
                 .ok_or(Error::NotFound)
         });
         Ok(self.grants.counted(&gvk, result))
     }
 
-    fn list(
+    /// `lister.list`.
+    pub(crate) fn lister_list(
         &mut self,
         kind: types::Gvk,
         namespace: Option<String>,
         label_selector: String,
-    ) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
+    ) -> Answer<Vec<SharedObject>> {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "list").and_then(|granted| {
@@ -227,18 +263,19 @@ impl lister::Host for HostState {
             Ok(granted
                 .list(namespace.as_deref(), &selector)
                 .iter()
-                .map(|o| wit_object(granted.gvk(), o))
+                .map(|o| SharedObject::new(granted.gvk(), o))
                 .collect())
         });
         Ok(self.grants.counted(&gvk, result))
     }
 
-    fn by_index(
+    /// `lister.by-index`.
+    pub(crate) fn lister_by_index(
         &mut self,
         kind: types::Gvk,
         index: String,
         value: String,
-    ) -> wasmtime::Result<Result<Vec<types::Object>, Error>> {
+    ) -> Answer<Vec<SharedObject>> {
         self.check_deadline()?;
         let gvk = host_gvk(kind.clone());
         let result = self.granted(kind, "by-index").and_then(|granted| {
@@ -247,11 +284,39 @@ impl lister::Host for HostState {
                 .map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects
                 .iter()
-                .map(|o| wit_object(granted.gvk(), o))
+                .map(|o| SharedObject::new(granted.gvk(), o))
                 .collect())
         });
         Ok(self.grants.counted(&gvk, result))
     }
+}
+
+/// Links the current contract's `lister` (which 0.3.x plugins import), by hand rather than through
+/// the generated bindings: those answer owned records, which would copy every body.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let mut lister = linker.instance(&format!("{CONTRACT_PACKAGE}/lister@{CONTRACT_VERSION}"))?;
+    lister.func_wrap(
+        "get",
+        |mut store: StoreContextMut<'_, HostState>,
+         (kind, namespace, name): (types::Gvk, String, String)| {
+            Ok((store.data_mut().lister_get(kind, namespace, name)?,))
+        },
+    )?;
+    lister.func_wrap(
+        "list",
+        |mut store: StoreContextMut<'_, HostState>,
+         (kind, namespace, selector): (types::Gvk, Option<String>, String)| {
+            Ok((store.data_mut().lister_list(kind, namespace, selector)?,))
+        },
+    )?;
+    lister.func_wrap(
+        "by-index",
+        |mut store: StoreContextMut<'_, HostState>,
+         (kind, index, value): (types::Gvk, String, String)| {
+            Ok((store.data_mut().lister_by_index(kind, index, value)?,))
+        },
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod log;
 pub(crate) mod poll;
 mod retry;
 mod stdio;
+pub(crate) use lister::add_to_linker as add_lister_to_linker;
 mod writer;
 
 use std::sync::{Arc, Mutex};
@@ -146,32 +147,84 @@ impl WasiView for HostState {
 
 impl types::Host for HostState {}
 
-/// The WIT record for `obj` of kind `gvk`: kind, identity and labels NUL-separated in `meta`
-/// (the cache refuses objects whose fields hold a NUL).
+/// The WIT record for `obj` of kind `gvk`, owned (a handler call's argument).
 pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
-    let fields = [&gvk.group, &gvk.version, &gvk.kind]
-        .map(String::as_str)
-        .into_iter()
-        .chain([
-            obj.namespace(),
-            obj.name(),
-            obj.uid(),
-            obj.resource_version(),
-        ])
-        .chain(
-            obj.labels()
-                .iter()
-                .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
-        );
-    let mut meta = String::with_capacity(fields.clone().map(|f| f.len() + 1).sum());
-    for (i, field) in fields.enumerate() {
-        if i > 0 {
-            meta.push('\0');
-        }
-        meta.push_str(field);
-    }
     types::Object {
-        meta,
+        meta: wit_meta(gvk, obj),
         body: obj.body().to_owned(),
+    }
+}
+
+/// The record's `meta` for `obj` of kind `gvk`: kind, identity and labels NUL-separated (the
+/// cache refuses objects whose fields hold a NUL).
+pub(crate) fn wit_meta(gvk: &Gvk, obj: &CachedObject) -> String {
+    let fixed = [
+        gvk.group.as_str(),
+        &gvk.version,
+        &gvk.kind,
+        obj.namespace(),
+        obj.name(),
+        obj.uid(),
+        obj.resource_version(),
+    ];
+    let labels = obj.labels();
+    let len = fixed.iter().map(|f| f.len() + 1).sum::<usize>()
+        + labels
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum::<usize>();
+    // Plain loops: this runs for every object a call or a lister answer carries, and the chained
+    // iterators it replaced were a sixth of a listed object's cost.
+    let mut meta = String::with_capacity(len);
+    for field in fixed {
+        meta.push_str(field);
+        meta.push('\0');
+    }
+    for (key, value) in labels {
+        meta.push_str(key);
+        meta.push('\0');
+        meta.push_str(value);
+        meta.push('\0');
+    }
+    meta.pop(); // the separator after the last field
+    meta
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(labels: serde_json::Value) -> CachedObject {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ns", "name": "web", "uid": "u-1", "resourceVersion": "42",
+                         "labels": labels},
+        });
+        CachedObject::from_value(pod, true, &[]).unwrap()
+    }
+
+    /// The layout `types.wit` documents: kind, identity, then each label's key and value in key
+    /// order, NUL-separated, with no separator at either end.
+    #[test]
+    fn meta_packs_kind_identity_and_labels_in_order() {
+        let apps = Gvk {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+        };
+        let labeled = object(serde_json::json!({"tier": "web", "app": "shop"}));
+        assert_eq!(
+            wit_meta(&apps, &labeled),
+            "apps\0v1\0Deployment\0ns\0web\0u-1\x0042\0app\0shop\0tier\0web"
+        );
+        let core = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        };
+        assert_eq!(
+            wit_meta(&core, &object(serde_json::json!({}))),
+            "\0v1\0Pod\0ns\0web\0u-1\x0042"
+        );
     }
 }
