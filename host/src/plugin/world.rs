@@ -6,15 +6,14 @@
 //! world, from the same instance.
 
 use wasmtime::Store;
-use wasmtime::component::InstancePre;
+use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc};
 
 use super::bindings_state::{StateExport, StateExportIndices};
 
 use super::bindings::{self, wasmformer::plugin::types};
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
-use super::host::HostState;
-use super::host::wit_object;
+use super::host::{HostState, SharedObject};
 use crate::cache::{Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
@@ -26,13 +25,76 @@ pub(crate) struct Pre {
     state: Option<std::sync::Arc<StateExportIndices>>,
 }
 
+/// Where `on-add`, `on-update` and `on-delete` of the 0.3.x `handler` export are.
+///
+/// The host calls them itself rather than through the generated bindings, whose calls take owned
+/// records: an object then crosses with its body shared with the cache and lowered straight into
+/// the guest's memory, as in a lister answer, not copied on the host first.
+#[derive(Clone, Copy)]
+struct EventIndices {
+    on_add: ComponentExportIndex,
+    on_update: ComponentExportIndex,
+    on_delete: ComponentExportIndex,
+}
+
+/// A handler's result: `Err` is the message of the error it returned.
+type HandlerResult = (Result<(), String>,);
+
+/// The event functions of one live instance, type-checked when it was created.
+struct EventFuncs {
+    on_add: TypedFunc<(SharedObject, bool), HandlerResult>,
+    on_update: TypedFunc<(SharedObject, SharedObject), HandlerResult>,
+    on_delete: TypedFunc<(SharedObject, bool), HandlerResult>,
+}
+
+impl EventIndices {
+    fn new(instance_pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
+        // As the generated bindings look them up: a plugin built for an older 0.3.x names the
+        // interface with its own version, which the lookup accepts as compatible.
+        let interface = format!(
+            "{}/handler@{}",
+            super::CONTRACT_PACKAGE,
+            super::CONTRACT_VERSION
+        );
+        let component = instance_pre.component();
+        let handler = component
+            .get_export_index(None, &interface)
+            .ok_or_else(|| wasmtime::format_err!("no exported instance named `{interface}`"))?;
+        let function = |name: &str| {
+            component
+                .get_export_index(Some(&handler), name)
+                .ok_or_else(|| wasmtime::format_err!("`{interface}` does not export `{name}`"))
+        };
+        Ok(Self {
+            on_add: function("on-add")?,
+            on_update: function("on-update")?,
+            on_delete: function("on-delete")?,
+        })
+    }
+
+    fn load(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<EventFuncs> {
+        Ok(EventFuncs {
+            on_add: instance.get_typed_func(&mut *store, self.on_add)?,
+            on_update: instance.get_typed_func(&mut *store, self.on_update)?,
+            on_delete: instance.get_typed_func(&mut *store, self.on_delete)?,
+        })
+    }
+}
+
 /// Where a world's exports are in the component.
 #[derive(Clone)]
 enum WorldIndices {
     /// Built for 0.3.x.
-    Current(std::sync::Arc<bindings::PluginIndices>),
+    Current(std::sync::Arc<bindings::PluginIndices>, EventIndices),
     /// Built for 0.3.1 or later, exporting `reconciler`.
-    Controller(std::sync::Arc<bindings_controller::ControllerIndices>),
+    Controller(
+        std::sync::Arc<bindings_controller::ControllerIndices>,
+        EventIndices,
+    ),
     /// Built for 0.2.x.
     V02(std::sync::Arc<bindings_v02::PluginIndices>),
 }
@@ -49,12 +111,14 @@ impl Pre {
         use std::sync::Arc;
         let world = match (minor, reconciler) {
             (2, _) => WorldIndices::V02(Arc::new(bindings_v02::PluginIndices::new(&instance_pre)?)),
-            (_, true) => WorldIndices::Controller(Arc::new(
-                bindings_controller::ControllerIndices::new(&instance_pre)?,
-            )),
-            (_, false) => {
-                WorldIndices::Current(Arc::new(bindings::PluginIndices::new(&instance_pre)?))
-            }
+            (_, true) => WorldIndices::Controller(
+                Arc::new(bindings_controller::ControllerIndices::new(&instance_pre)?),
+                EventIndices::new(&instance_pre)?,
+            ),
+            (_, false) => WorldIndices::Current(
+                Arc::new(bindings::PluginIndices::new(&instance_pre)?),
+                EventIndices::new(&instance_pre)?,
+            ),
         };
         let state = match state && minor != 2 {
             true => Some(Arc::new(StateExportIndices::new(&instance_pre)?)),
@@ -73,7 +137,7 @@ impl Pre {
 
     /// Whether the plugin exports `reconciler`.
     pub fn reconciles(&self) -> bool {
-        matches!(self.world, WorldIndices::Controller(_))
+        matches!(self.world, WorldIndices::Controller(..))
     }
 
     /// Whether the plugin exports `state`.
@@ -84,10 +148,14 @@ impl Pre {
     pub fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Bindings> {
         let instance = self.instance_pre.instantiate(&mut *store)?;
         let world = match &self.world {
-            WorldIndices::Current(indices) => World::Current(indices.load(&mut *store, &instance)?),
-            WorldIndices::Controller(indices) => {
-                World::Controller(indices.load(&mut *store, &instance)?)
-            }
+            WorldIndices::Current(indices, events) => World::Current(
+                indices.load(&mut *store, &instance)?,
+                events.load(store, &instance)?,
+            ),
+            WorldIndices::Controller(indices, events) => World::Controller(
+                indices.load(&mut *store, &instance)?,
+                events.load(store, &instance)?,
+            ),
             WorldIndices::V02(indices) => World::V02(indices.load(&mut *store, &instance)?),
         };
         let state = match &self.state {
@@ -106,37 +174,16 @@ pub(crate) struct Bindings {
 
 /// A live instance's exports, in its world.
 enum World {
-    Current(bindings::Plugin),
-    Controller(bindings_controller::Controller),
+    Current(bindings::Plugin, EventFuncs),
+    Controller(bindings_controller::Controller, EventFuncs),
     V02(bindings_v02::Plugin),
 }
 
 /// What a reconcile returned: `Ok(requeue-after)` or `Err((message, retry))`.
 pub(crate) type ReconcileReturn = Result<Option<std::time::Duration>, (String, bool)>;
 
-/// Calls one handler export (the `plugin` and `controller` worlds generate the same methods on
-/// different types).
-macro_rules! call_handler {
-    ($handler:expr, $store:expr, $gvk:expr, $event:expr) => {{
-        let handler = $handler;
-        match $event {
-            Event::Add { obj, initial } => {
-                handler.call_on_add($store, &wit_object($gvk, obj), *initial)
-            }
-            Event::Update { old, new } => {
-                handler.call_on_update($store, &wit_object($gvk, old), &wit_object($gvk, new))
-            }
-            Event::Delete {
-                obj,
-                final_state_unknown,
-            } => handler.call_on_delete($store, &wit_object($gvk, obj), *final_state_unknown),
-            // The contract has no export for it: nothing to call.
-            Event::Synced => Ok(Ok(())),
-        }
-    }};
-}
-
-fn legacy(obj: types::Object) -> bindings_v02::wasmformer::plugin::types::Object {
+fn legacy(obj: SharedObject) -> bindings_v02::wasmformer::plugin::types::Object {
+    let obj = obj.into_owned();
     bindings_v02::wasmformer::plugin::types::Object {
         meta: obj.meta,
         body: obj.body,
@@ -174,8 +221,8 @@ impl Bindings {
         config: &str,
     ) -> wasmtime::Result<Result<(), String>> {
         match &self.world {
-            World::Current(b) => b.wasmformer_plugin_handler().call_init(store, config),
-            World::Controller(b) => b.wasmformer_plugin_handler().call_init(store, config),
+            World::Current(b, _) => b.wasmformer_plugin_handler().call_init(store, config),
+            World::Controller(b, _) => b.wasmformer_plugin_handler().call_init(store, config),
             World::V02(b) => b.wasmformer_plugin_handler().call_init(store, config),
         }
     }
@@ -186,15 +233,13 @@ impl Bindings {
         gvk: &Gvk,
         event: &Event,
     ) -> wasmtime::Result<Result<(), String>> {
-        match &self.world {
-            World::Current(b) => call_handler!(b.wasmformer_plugin_handler(), store, gvk, event),
-            World::Controller(b) => {
-                call_handler!(b.wasmformer_plugin_handler(), store, gvk, event)
-            }
+        let object = |obj| SharedObject::new(gvk, obj);
+        let events = match &self.world {
+            World::Current(_, events) | World::Controller(_, events) => events,
             World::V02(b) => {
                 let handler = b.wasmformer_plugin_handler();
-                let object = |o| legacy(wit_object(gvk, o));
-                match event {
+                let object = |o| legacy(object(o));
+                return match event {
                     Event::Add { obj, initial } => {
                         handler.call_on_add(store, &object(obj), *initial)
                     }
@@ -206,9 +251,22 @@ impl Bindings {
                         final_state_unknown,
                     } => handler.call_on_delete(store, &object(obj), *final_state_unknown),
                     Event::Synced => Ok(Ok(())),
-                }
+                };
             }
-        }
+        };
+        let (result,) = match event {
+            Event::Add { obj, initial } => events.on_add.call(store, (object(obj), *initial)),
+            Event::Update { old, new } => events.on_update.call(store, (object(old), object(new))),
+            Event::Delete {
+                obj,
+                final_state_unknown,
+            } => events
+                .on_delete
+                .call(store, (object(obj), *final_state_unknown)),
+            // The contract has no export for it: nothing to call.
+            Event::Synced => return Ok(Ok(())),
+        }?;
+        Ok(result)
     }
 
     /// Calls `reconcile` (`None`: the plugin does not export it).
@@ -219,7 +277,7 @@ impl Bindings {
         namespace: &str,
         name: &str,
     ) -> Option<wasmtime::Result<ReconcileReturn>> {
-        let World::Controller(b) = &self.world else {
+        let World::Controller(b, _) = &self.world else {
             return None;
         };
         let key = reconciler::ObjectRef {

@@ -2,7 +2,7 @@
 //! implementations: the records are the same shapes, converted by moving their fields.
 
 use super::HostState;
-use super::lister::SharedObject;
+use super::SharedObject;
 use crate::plugin::bindings::wasmformer::plugin::{lister, log, types};
 use crate::plugin::bindings_v02::wasmformer::plugin::{
     lister as old_lister, log as old_log, types as old_types,

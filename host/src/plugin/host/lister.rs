@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{ComponentType, Linker, Lower};
+use wasmtime::component::Linker;
 
-use super::{HostState, wit_meta};
+use super::{HostState, SharedObject};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
 use crate::metrics::ListerCalls;
 use crate::plugin::bindings::wasmformer::plugin::lister::Error;
@@ -194,33 +194,6 @@ impl HostState {
                     self.plugin
                 )))
             }
-        }
-    }
-}
-
-/// The record `object` as a lister call answers it: `meta` built as for a handler call, the body
-/// shared with the cache and lowered straight into the guest's memory, not copied on the host
-/// first (issue 17: the copy was about a third of a listed object's cost).
-#[derive(ComponentType, Lower)]
-#[component(record)]
-pub(crate) struct SharedObject {
-    meta: String,
-    body: Arc<str>,
-}
-
-impl SharedObject {
-    fn new(gvk: &Gvk, obj: &CachedObject) -> Self {
-        Self {
-            meta: wit_meta(gvk, obj),
-            body: obj.shared_body(),
-        }
-    }
-
-    /// The owned record (what the 0.2 contract's bindings lower).
-    pub(crate) fn into_owned(self) -> types::Object {
-        types::Object {
-            meta: self.meta,
-            body: self.body.to_string(),
         }
     }
 }

@@ -13,16 +13,16 @@ mod log;
 pub(crate) mod poll;
 mod retry;
 mod stdio;
-pub(crate) use lister::add_to_linker as add_lister_to_linker;
 mod writer;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{ComponentType, Lower, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+pub(crate) use lister::add_to_linker as add_lister_to_linker;
 pub use lister::{Granted, Grants};
 pub(crate) use log::LogSink;
 pub use log::{LogLine, LogObserver, LogSource};
@@ -147,11 +147,32 @@ impl WasiView for HostState {
 
 impl types::Host for HostState {}
 
-/// The WIT record for `obj` of kind `gvk`, owned (a handler call's argument).
-pub(crate) fn wit_object(gvk: &Gvk, obj: &CachedObject) -> types::Object {
-    types::Object {
-        meta: wit_meta(gvk, obj),
-        body: obj.body().to_owned(),
+/// The record `object` as it crosses into a plugin, in a handler call or a lister answer: `meta`
+/// built for the call, the body shared with the cache and lowered straight into the guest's memory,
+/// not copied on the host first (issue 17; docs/object-crossing.md). The host links `lister` and
+/// calls the 0.3.x event handlers itself to pass it: the generated bindings take owned records.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct SharedObject {
+    meta: String,
+    body: Arc<str>,
+}
+
+impl SharedObject {
+    /// `obj`, of kind `gvk`.
+    pub(crate) fn new(gvk: &Gvk, obj: &CachedObject) -> Self {
+        Self {
+            meta: wit_meta(gvk, obj),
+            body: obj.shared_body(),
+        }
+    }
+
+    /// The owned record (what the 0.2 contract's generated bindings take), the body copied.
+    pub(crate) fn into_owned(self) -> types::Object {
+        types::Object {
+            meta: self.meta,
+            body: self.body.to_string(),
+        }
     }
 }
 
