@@ -182,14 +182,6 @@ enum World {
 /// What a reconcile returned: `Ok(requeue-after)` or `Err((message, retry))`.
 pub(crate) type ReconcileReturn = Result<Option<std::time::Duration>, (String, bool)>;
 
-fn legacy(obj: SharedObject) -> bindings_v02::wasmformer::plugin::types::Object {
-    let obj = obj.into_owned();
-    bindings_v02::wasmformer::plugin::types::Object {
-        meta: obj.meta,
-        body: obj.body,
-    }
-}
-
 impl Bindings {
     /// Calls `save-state` (`None`: the plugin does not export `state`).
     pub fn call_save_state(
@@ -238,7 +230,7 @@ impl Bindings {
             World::Current(_, events) | World::Controller(_, events) => events,
             World::V02(b) => {
                 let handler = b.wasmformer_plugin_handler();
-                let object = |o| legacy(object(o));
+                let object = |o| object(o).into_v02();
                 return match event {
                     Event::Add { obj, initial } => {
                         handler.call_on_add(store, &object(obj), *initial)

@@ -16,14 +16,6 @@ fn gvk(kind: old_types::Gvk) -> types::Gvk {
     }
 }
 
-fn object(obj: SharedObject) -> old_types::Object {
-    let obj = obj.into_owned();
-    old_types::Object {
-        meta: obj.meta,
-        body: obj.body,
-    }
-}
-
 fn error(e: lister::Error) -> old_lister::Error {
     match e {
         lister::Error::NotFound => old_lister::Error::NotFound,
@@ -44,7 +36,7 @@ impl old_lister::Host for HostState {
     ) -> wasmtime::Result<Result<old_types::Object, old_lister::Error>> {
         Ok(self
             .lister_get(gvk(kind), namespace, name)?
-            .map(object)
+            .map(SharedObject::into_v02)
             .map_err(error))
     }
 
@@ -56,7 +48,7 @@ impl old_lister::Host for HostState {
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
         let found = self.lister_list(gvk(kind), namespace, label_selector)?;
         Ok(found
-            .map(|objects| objects.into_iter().map(object).collect())
+            .map(|objects| objects.into_iter().map(SharedObject::into_v02).collect())
             .map_err(error))
     }
 
@@ -68,7 +60,7 @@ impl old_lister::Host for HostState {
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
         let found = self.lister_by_index(gvk(kind), index, value)?;
         Ok(found
-            .map(|objects| objects.into_iter().map(object).collect())
+            .map(|objects| objects.into_iter().map(SharedObject::into_v02).collect())
             .map_err(error))
     }
 }

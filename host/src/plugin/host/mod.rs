@@ -167,9 +167,9 @@ impl SharedObject {
         }
     }
 
-    /// The owned record (what the 0.2 contract's generated bindings take), the body copied.
-    pub(crate) fn into_owned(self) -> types::Object {
-        types::Object {
+    /// The 0.2 contract's record (its generated bindings take owned records), the body copied.
+    pub(crate) fn into_v02(self) -> crate::plugin::bindings_v02::wasmformer::plugin::types::Object {
+        crate::plugin::bindings_v02::wasmformer::plugin::types::Object {
             meta: self.meta,
             body: self.body.to_string(),
         }
