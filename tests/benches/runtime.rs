@@ -23,9 +23,11 @@ use std::time::Instant;
 use guest_bench_decode::PodDecoder;
 use guest_bench_labels::LabelCounter;
 use harness::{Pair, Stats, measure, measure_batches, measure_pair};
+use kube::api::DynamicObject;
+use kube::core::WatchEvent;
 use serde_json::{Value, json};
 use table::ns;
-use wasmformer::cache::{CachedObject, Gvk, Store};
+use wasmformer::cache::{CachedObject, Gvk, Store, WireObject};
 use wasmformer::plugin::{
     Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSize,
 };
@@ -178,11 +180,7 @@ fn guest_object(gvk: &Gvk, obj: &CachedObject) -> wasmformer_guest::Object {
         version: gvk.version.clone(),
         kind: gvk.kind.clone(),
     };
-    let labels: Vec<(&str, &str)> = obj
-        .labels()
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let labels: Vec<(&str, &str)> = obj.labels().iter().collect();
     wasmformer_guest::Object::new(
         &kind,
         obj.namespace(),
@@ -242,6 +240,36 @@ fn event_bench(plugin: &LoadedPlugin, grants: Grants, config: Value, event: &Eve
 static POD: LazyLock<Gvk> = LazyLock::new(pod_gvk);
 
 /// Delivers `event` about a Pod; a failure is reported and counted in the instance.
+/// Decodes a watch event line as the informer does (kube's decoder into a [`WireObject`]) and
+/// admits its object into `store`.
+fn admit_watched(store: &Store, line: &str) {
+    let event: WatchEvent<WireObject> = serde_json::from_str(black_box(line)).unwrap();
+    let WatchEvent::Added(obj) = event else {
+        unreachable!("an ADDED line")
+    };
+    black_box(store.admit_wire(obj).unwrap());
+}
+
+/// The informer's path before objects were decoded as [`WireObject`]s, reproduced: kube decodes a
+/// `DynamicObject` (metadata typed, the rest a `Value`), which becomes one `Value`, loses its
+/// `managedFields`, gives up its labels, and is written out as the cached body.
+fn admit_dynamic(line: &str) {
+    let event: WatchEvent<DynamicObject> = serde_json::from_str(black_box(line)).unwrap();
+    let WatchEvent::Added(obj) = event else {
+        unreachable!("an ADDED line")
+    };
+    let mut value = serde_json::to_value(obj).unwrap();
+    let metadata = value["metadata"].as_object_mut().unwrap();
+    metadata.remove("managedFields");
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(metadata["labels"].clone()).unwrap();
+    black_box((labels, value.to_string()));
+}
+
+fn parse_value(text: &str) {
+    black_box(serde_json::from_str::<Value>(black_box(text)).unwrap());
+}
+
 fn handle(instance: &mut PluginInstance, event: &Event) {
     if let Err(e) = instance.handle(&POD, black_box(event)) {
         eprint!("[call failed: {e}] ");
@@ -547,6 +575,37 @@ fn main() {
                 Grants::none(),
                 json!({}),
                 &Objects::add(&objects.minimal),
+            )
+        },
+    );
+
+    // Issue 17, item 1: what the informer spends to take in one watched object, against the
+    // floor of parsing its bytes once.
+    let object_text = realistic_pod().to_string();
+    let event_line = format!(r#"{{"type":"ADDED","object":{object_text}}}"#);
+    let admitting = wasmformer_tests::store(pod_gvk(), vec![]);
+    bench.run(
+        "10a-admit-watched",
+        "watch event line → cached Pod (informer decode + admit)",
+        || measure(|| admit_watched(&admitting, &event_line)),
+    );
+    bench.run(
+        "10b-admit-dynamic",
+        "the same through kube's DynamicObject and a Value (the path before)",
+        || measure(|| admit_dynamic(&event_line)),
+    );
+    bench.run(
+        "10c-parse-value",
+        "`serde_json::from_str::<Value>` of the Pod",
+        || measure(|| parse_value(&object_text)),
+    );
+    bench.run_pair(
+        "pair-admit",
+        "watched Pod → cache (10a) vs one parse of it (10c)",
+        || {
+            measure_pair(
+                || admit_watched(&admitting, &event_line),
+                || parse_value(&object_text),
             )
         },
     );

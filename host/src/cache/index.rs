@@ -112,6 +112,14 @@ impl fmt::Display for FieldPath {
 }
 
 impl FieldPath {
+    /// The top-level key this path starts with (`spec` for `spec.nodeName`).
+    pub(crate) fn first_key(&self) -> Option<&str> {
+        match self.steps.first() {
+            Some(Step::Key(key)) => Some(key),
+            _ => None,
+        }
+    }
+
     /// The values at this path in `object`: strings as they are, numbers and booleans as text;
     /// missing fields and nulls give no value. Sorted and deduplicated.
     pub fn values(&self, object: &Value) -> Vec<String> {

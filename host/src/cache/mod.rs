@@ -9,14 +9,18 @@
 
 mod event;
 mod index;
+mod labels;
 mod object;
 mod store;
+mod wire;
 
 pub use event::Event;
 pub use index::{FieldPath, IndexSpec, NAMESPACE_INDEX};
+pub use labels::Labels;
 pub use object::{CachedObject, Gvk, ObjectError, ObjectKey};
 pub use store::{Store, UnknownIndex};
 pub use wasmformer_selectors::{Error as SelectorError, FieldSelector, LabelSelector};
+pub use wire::WireObject;
 
 use std::sync::Arc;
 

@@ -1,11 +1,12 @@
 //! [`CachedObject`]: one object as the cache keeps it, and the names that identify it.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::{Labels, WireObject};
 
 /// A kind: API group (empty for the core group), version and kind, as in a manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -108,7 +109,7 @@ pub struct CachedObject {
     key: ObjectKey,
     uid: String,
     resource_version: String,
-    labels: BTreeMap<String, String>,
+    labels: Labels,
     body: Arc<str>,
     index_values: Box<[Box<[String]>]>,
 }
@@ -117,65 +118,64 @@ impl CachedObject {
     /// Builds a cached object from its JSON, computing its values for `indexes`. Removes
     /// `metadata.managedFields` when `strip_managed_fields` is set.
     pub fn from_value(
-        mut value: Value,
+        value: Value,
         strip_managed_fields: bool,
         indexes: &[super::IndexSpec],
     ) -> Result<Self, ObjectError> {
-        let metadata = value.get_mut("metadata").and_then(Value::as_object_mut);
-        let Some(metadata) = metadata else {
-            return Err(if value.is_object() {
-                ObjectError::NoName
-            } else {
-                ObjectError::NotAnObject
-            });
-        };
-        if strip_managed_fields {
-            metadata.remove("managedFields");
+        Self::from_wire(
+            WireObject::from_value(&value)?,
+            strip_managed_fields,
+            indexes,
+        )
+    }
+
+    /// Builds a cached object from an object as received, computing its values for `indexes`.
+    /// Removes `metadata.managedFields` when `strip_managed_fields` is set.
+    pub fn from_wire(
+        wire: WireObject,
+        strip_managed_fields: bool,
+        indexes: &[super::IndexSpec],
+    ) -> Result<Self, ObjectError> {
+        if wire.metadata.is_none() {
+            return Err(ObjectError::NoName);
         }
-        let text = |field: &str| {
-            metadata
-                .get(field)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
+        let body = wire.body(strip_managed_fields);
+        let index_values = if indexes.is_empty() {
+            Box::default()
+        } else {
+            let mut first_keys: Vec<&str> = indexes
+                .iter()
+                .filter_map(|spec| spec.path.first_key())
+                .collect();
+            first_keys.sort_unstable();
+            first_keys.dedup();
+            let value = wire.partial_value(&first_keys, strip_managed_fields);
+            indexes
+                .iter()
+                .map(|spec| spec.path.values(&value).into_boxed_slice())
+                .collect()
         };
-        let key = ObjectKey::new(text("namespace"), text("name"));
+        let meta = wire.meta;
+        let key = ObjectKey::new(
+            meta.namespace.unwrap_or_default(),
+            meta.name.unwrap_or_default(),
+        );
         if key.name.is_empty() {
             return Err(ObjectError::NoName);
         }
-        let (uid, resource_version) = (text("uid"), text("resourceVersion"));
-        let labels = match metadata.get("labels") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(labels) => serde_json::from_value(labels.clone())
-                .map_err(|_| ObjectError::BadLabels { key: key.clone() })?,
+        let uid = meta.uid.unwrap_or_default();
+        let resource_version = meta.resource_version.unwrap_or_default();
+        let identity = [&key.namespace, &key.name, &uid, &resource_version];
+        let labels = match Labels::new(&meta.labels.unwrap_or_default()) {
+            Some(labels) if !identity.iter().any(|f| f.contains('\0')) => labels,
+            _ => return Err(ObjectError::Nul { key }),
         };
-        let identity = [
-            key.namespace.as_str(),
-            key.name.as_str(),
-            uid.as_str(),
-            resource_version.as_str(),
-        ];
-        if identity
-            .into_iter()
-            .chain(
-                labels
-                    .iter()
-                    .flat_map(|(k, v): (&String, &String)| [k.as_str(), v.as_str()]),
-            )
-            .any(|f| f.contains('\0'))
-        {
-            return Err(ObjectError::Nul { key });
-        }
-        let index_values = indexes
-            .iter()
-            .map(|spec| spec.path.values(&value).into_boxed_slice())
-            .collect();
         Ok(Self {
             key,
             uid,
             resource_version,
             labels,
-            body: value.to_string().into(),
+            body: body.into(),
             index_values,
         })
     }
@@ -206,7 +206,7 @@ impl CachedObject {
     }
 
     /// `metadata.labels`.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &Labels {
         &self.labels
     }
 
@@ -227,11 +227,6 @@ impl CachedObject {
 
     /// Approximate heap bytes this object holds (for memory accounting in benchmarks and logs).
     pub fn heap_size(&self) -> usize {
-        let labels: usize = self
-            .labels
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 48)
-            .sum();
         let indexes: usize = self
             .index_values
             .iter()
@@ -242,7 +237,7 @@ impl CachedObject {
             + self.key.name.len()
             + self.uid.len()
             + self.resource_version.len()
-            + labels
+            + self.labels.heap_size()
             + indexes
             // The shared body's two reference counts.
             + self.body.len()

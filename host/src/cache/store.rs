@@ -1,12 +1,21 @@
 //! [`Store`]: one kind's objects with their namespace and custom indexes, kept consistent through
 //! every write, like client-go's `ThreadSafeStore` with an `Indexer`.
 
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use serde_json::Value;
 
-use super::{CachedObject, Gvk, IndexSpec, LabelSelector, NAMESPACE_INDEX, ObjectError, ObjectKey};
+use super::{
+    CachedObject, Gvk, IndexSpec, LabelSelector, NAMESPACE_INDEX, ObjectError, ObjectKey,
+    WireObject,
+};
 
 /// No index of that name exists for the kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,35 +36,114 @@ pub struct Store {
     state: RwLock<State>,
 }
 
-#[derive(Debug, Default)]
+/// Every structure holds the objects themselves (`Arc`s), never a copy of their keys: an object's
+/// key lives once, in the object.
+#[derive(Default)]
 struct State {
-    objects: HashMap<ObjectKey, Arc<CachedObject>>,
-    by_namespace: HashMap<String, BTreeSet<ObjectKey>>,
-    /// Per custom index (same order as `Store::indexes`): value → keys.
-    by_index: Vec<HashMap<String, BTreeSet<ObjectKey>>>,
+    hasher: RandomState,
+    objects: HashTable<Arc<CachedObject>>,
+    by_namespace: HashMap<String, BTreeSet<ByKey>>,
+    /// Per custom index (same order as `Store::indexes`): value → objects.
+    by_index: Vec<HashMap<String, BTreeSet<ByKey>>>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("objects", &self.objects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An object in an index set, ordered (and found) by its key.
+#[derive(Debug, Clone)]
+struct ByKey(Arc<CachedObject>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for ByKey {}
+
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key().cmp(other.0.key())
+    }
+}
+
+impl Borrow<ObjectKey> for ByKey {
+    fn borrow(&self) -> &ObjectKey {
+        self.0.key()
+    }
 }
 
 impl State {
-    fn link(&mut self, obj: &CachedObject) {
+    fn hash(&self, namespace: &str, name: &str) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        namespace.hash(&mut hasher);
+        name.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<CachedObject>> {
+        self.objects.find(self.hash(namespace, name), |o| {
+            o.namespace() == namespace && o.name() == name
+        })
+    }
+
+    /// Inserts or replaces `obj` in the table (not the indexes), returning the object replaced.
+    fn insert(&mut self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        let hash = self.hash(obj.namespace(), obj.name());
+        let hasher = &self.hasher;
+        let rehash = |o: &Arc<CachedObject>| {
+            let mut h = hasher.build_hasher();
+            o.namespace().hash(&mut h);
+            o.name().hash(&mut h);
+            h.finish()
+        };
+        match self.objects.entry(hash, |o| o.key() == obj.key(), rehash) {
+            Entry::Occupied(mut entry) => Some(std::mem::replace(entry.get_mut(), obj)),
+            Entry::Vacant(entry) => {
+                entry.insert(obj);
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
+        let hash = self.hash(&key.namespace, &key.name);
+        let entry = self.objects.find_entry(hash, |o| o.key() == key).ok()?;
+        Some(entry.remove().0)
+    }
+
+    fn link(&mut self, obj: &Arc<CachedObject>) {
         self.by_namespace
             .entry(obj.namespace().to_owned())
             .or_default()
-            .insert(obj.key().clone());
+            .insert(ByKey(obj.clone()));
         for (i, index) in self.by_index.iter_mut().enumerate() {
             for value in obj.index_values(i) {
                 index
                     .entry(value.clone())
                     .or_default()
-                    .insert(obj.key().clone());
+                    .insert(ByKey(obj.clone()));
             }
         }
     }
 
     fn unlink(&mut self, obj: &CachedObject) {
-        fn remove(map: &mut HashMap<String, BTreeSet<ObjectKey>>, value: &str, key: &ObjectKey) {
-            if let Some(keys) = map.get_mut(value) {
-                keys.remove(key);
-                if keys.is_empty() {
+        fn remove(map: &mut HashMap<String, BTreeSet<ByKey>>, value: &str, key: &ObjectKey) {
+            if let Some(objects) = map.get_mut(value) {
+                objects.remove(key);
+                if objects.is_empty() {
                     map.remove(value);
                 }
             }
@@ -68,11 +156,8 @@ impl State {
         }
     }
 
-    fn objects_at(&self, keys: Option<&BTreeSet<ObjectKey>>) -> Vec<Arc<CachedObject>> {
-        keys.into_iter()
-            .flatten()
-            .filter_map(|k| self.objects.get(k).cloned())
-            .collect()
+    fn objects_at(objects: Option<&BTreeSet<ByKey>>) -> Vec<Arc<CachedObject>> {
+        objects.into_iter().flatten().map(|o| o.0.clone()).collect()
     }
 }
 
@@ -123,6 +208,11 @@ impl Store {
         CachedObject::from_value(value, self.strip_managed_fields, &self.indexes).map(Arc::new)
     }
 
+    /// [`Store::admit`] for an object as received from the server.
+    pub fn admit_wire(&self, wire: WireObject) -> Result<Arc<CachedObject>, ObjectError> {
+        CachedObject::from_wire(wire, self.strip_managed_fields, &self.indexes).map(Arc::new)
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, State> {
         self.state.read().expect("store lock poisoned")
     }
@@ -130,7 +220,7 @@ impl Store {
     /// Inserts or replaces `obj`, returning the object it replaced.
     pub(crate) fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let mut state = self.state.write().expect("store lock poisoned");
-        let old = state.objects.insert(obj.key().clone(), obj.clone());
+        let old = state.insert(obj.clone());
         if let Some(old) = &old {
             state.unlink(old);
         }
@@ -141,17 +231,14 @@ impl Store {
     /// Removes the object at `key`, returning it.
     pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
         let mut state = self.state.write().expect("store lock poisoned");
-        let old = state.objects.remove(key)?;
+        let old = state.remove(key)?;
         state.unlink(&old);
         Some(old)
     }
 
     /// The object at `namespace`/`name`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
-        self.read()
-            .objects
-            .get(&ObjectKey::new(namespace, name))
-            .cloned()
+        self.read().get(namespace, name).cloned()
     }
 
     /// Objects in `namespace` (`None`: all) matching `selector`, ordered by key.
@@ -162,11 +249,11 @@ impl Store {
     ) -> Vec<Arc<CachedObject>> {
         let state = self.read();
         let mut objects = match namespace {
-            Some(ns) => state.objects_at(state.by_namespace.get(ns)),
-            None => state.objects.values().cloned().collect(),
+            Some(ns) => State::objects_at(state.by_namespace.get(ns)),
+            None => state.objects.iter().cloned().collect(),
         };
         drop(state);
-        objects.retain(|o| selector.matches(o.labels()));
+        objects.retain(|o| selector.matches_with(|key| o.labels().get(key)));
         objects.sort_by(|a, b| a.key().cmp(b.key()));
         objects
     }
@@ -179,7 +266,7 @@ impl Store {
     ) -> Result<Vec<Arc<CachedObject>>, UnknownIndex> {
         let state = self.read();
         if index == NAMESPACE_INDEX {
-            return Ok(state.objects_at(state.by_namespace.get(value)));
+            return Ok(State::objects_at(state.by_namespace.get(value)));
         }
         let i = self
             .indexes
@@ -189,7 +276,7 @@ impl Store {
                 gvk: self.gvk.clone(),
                 index: index.to_owned(),
             })?;
-        Ok(state.objects_at(state.by_index[i].get(value)))
+        Ok(State::objects_at(state.by_index[i].get(value)))
     }
 
     /// Every object, ordered by key: a consistent snapshot.

@@ -823,7 +823,12 @@ mod tests {
             kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
             true,
         );
-        let informer = Informer::from_stream(key, StoreOptions::default(), events).unwrap();
+        let informer = Informer::from_stream(
+            key,
+            StoreOptions::default(),
+            crate::informer::watch::value_stream(events),
+        )
+        .unwrap();
         let (entered_tx, entered) = channel();
         let (open, open_rx) = channel();
         let _gate = informer.subscribe(Arc::new(Gate {

@@ -28,7 +28,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, StreamBody};
 use kube::Client;
 use kube::client::Body;
-use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 
 use super::informer::LastError;
 
@@ -63,35 +63,30 @@ impl StreamHealth {
     }
 }
 
-/// The shape every watch event line must have; the object itself is decoded by kube.
+/// The shape every watch event line must have: a `type` string and an `object` (decoded by kube).
 #[derive(serde::Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    _kind: String,
-    #[serde(rename = "object")]
-    _object: ObjectShape,
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: &'a RawValue,
+    #[serde(borrow)]
+    object: &'a RawValue,
 }
 
-/// Any JSON object (its fields skipped without being built).
-struct ObjectShape;
-
-impl<'de> serde::Deserialize<'de> for ObjectShape {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = ObjectShape;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<ObjectShape, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(ObjectShape)
-            }
+impl Envelope<'_> {
+    fn check(&self) -> Result<(), String> {
+        if !self.kind.get().starts_with('"') {
+            return Err("the event's type is not a string".to_owned());
         }
-        deserializer.deserialize_map(Visitor)
+        if !self.object.get().starts_with('{') {
+            return Err("the event's object is not a JSON object".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Whether `object` comes before `type`. kube decodes the object straight from the line only
+    /// when `type` comes first, as the API server writes it; otherwise the line is rewritten.
+    fn object_first(&self) -> bool {
+        self.object.get().as_ptr() < self.kind.get().as_ptr()
     }
 }
 
@@ -184,15 +179,25 @@ impl LineGuard {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match serde_json::from_slice::<Envelope>(&line) {
+        let envelope = serde_json::from_slice::<Envelope>(&line)
+            .map_err(|error| error.to_string())
+            .and_then(|envelope| envelope.check().map(|()| envelope));
+        match envelope {
+            Ok(envelope) if envelope.object_first() => {
+                out.extend_from_slice(b"{\"type\":");
+                out.extend_from_slice(envelope.kind.get().as_bytes());
+                out.extend_from_slice(b",\"object\":");
+                out.extend_from_slice(envelope.object.get().as_bytes());
+                out.extend_from_slice(b"}\n");
+            }
             Ok(_) => {
                 out.extend_from_slice(&line);
                 out.push(b'\n');
-                self.line = line;
-                self.line.clear();
             }
-            Err(error) => self.undecodable(&line, error.to_string()),
+            Err(error) => return self.undecodable(&line, error),
         }
+        self.line = line;
+        self.line.clear();
     }
 
     fn too_large(&self, oversize: &Oversize) {
@@ -331,6 +336,18 @@ mod tests {
         guard.finish();
         assert_eq!(String::from_utf8(out).unwrap(), format!("{GOOD}\n{GOOD}\n"));
         assert_eq!(counts(&health), (0, 0));
+    }
+
+    #[test]
+    fn an_event_with_its_object_first_is_passed_on_type_first() {
+        let (mut guard, health) = new_guard(1 << 20);
+        let out = guard.feed(b"{\"object\":{\"kind\":\"Pod\"},\"type\":\"ADDED\"}\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\"}}\n"
+        );
+        assert!(guard.feed(b"{\"type\":1,\"object\":{}}\n").is_empty());
+        assert_eq!(counts(&health), (1, 0), "a type that is not a string");
     }
 
     #[test]

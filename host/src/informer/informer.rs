@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use futures::StreamExt;
 use kube::runtime::watcher::Event as WatchEvent;
-use serde_json::Value;
+
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -33,7 +33,7 @@ use super::watch::{
     METADATA_KIND, WatchError,
 };
 use super::{Error, InformerKey, Result, StoreOptions};
-use crate::cache::{CachedObject, Store};
+use crate::cache::{CachedObject, Store, WireObject};
 
 /// The most recent watch failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +119,7 @@ impl Core {
         self.fanout.lock().expect("informer lock poisoned")
     }
 
-    fn apply(&self, event: WatchEvent<Value>, strategy: Option<ListStrategy>) {
+    fn apply(&self, event: WatchEvent<WireObject>, strategy: Option<ListStrategy>) {
         let mut fanout = self.lock();
         let Fanout {
             reflector,
@@ -191,7 +191,7 @@ pub(crate) enum WatchSource {
 }
 
 impl WatchSource {
-    async fn next(&mut self) -> Option<kube::runtime::watcher::Result<WatchEvent<Value>>> {
+    async fn next(&mut self) -> Option<kube::runtime::watcher::Result<WatchEvent<WireObject>>> {
         match self {
             WatchSource::Api(api) => Some(api.next().await),
             WatchSource::Stream(stream) => stream.next().await,

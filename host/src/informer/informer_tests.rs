@@ -13,6 +13,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use super::*;
 use crate::cache::IndexSpec;
 use crate::informer::spec::InformerKey;
+use crate::informer::watch::value_stream;
 
 fn key() -> InformerKey {
     InformerKey::new(
@@ -33,7 +34,10 @@ fn informer(options: StoreOptions) -> (Arc<Informer>, Sender) {
     let (tx, rx) = unbounded_channel();
     let events =
         futures::stream::unfold(rx, |mut rx| async { rx.recv().await.map(|e| (e, rx)) }).boxed();
-    (Informer::from_stream(key(), options, events).unwrap(), tx)
+    (
+        Informer::from_stream(key(), options, value_stream(events)).unwrap(),
+        tx,
+    )
 }
 
 /// A sink that records deltas and lets a test await a condition on them.
@@ -393,7 +397,8 @@ async fn poll_times(script: Vec<watcher::Result<WatchEvent<Value>>>) -> Vec<toki
         },
     )
     .boxed();
-    let _informer = Informer::from_stream(key(), StoreOptions::default(), events).unwrap();
+    let _informer =
+        Informer::from_stream(key(), StoreOptions::default(), value_stream(events)).unwrap();
     done_rx.await.unwrap();
     Arc::try_unwrap(times).unwrap().into_inner().unwrap()
 }

@@ -21,10 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::runtime::watcher::Event as WatchEvent;
-use serde_json::Value;
 
 pub use crate::cache::Event;
-use crate::cache::{CachedObject, ObjectKey, Store};
+use crate::cache::{CachedObject, ObjectKey, Store, WireObject};
 
 /// Receives an informer's events, in order.
 ///
@@ -80,17 +79,11 @@ pub struct Reflector {
 /// How often an informer logs objects of another kind (each is counted).
 const MISMATCH_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Key, uid and resourceVersion of an object's JSON, read without caching it.
-fn identity(value: &Value) -> Option<(ObjectKey, &str, &str)> {
-    let metadata = value.get("metadata")?;
-    let text = |field: &str| {
-        metadata
-            .get(field)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let key = ObjectKey::new(text("namespace"), text("name"));
-    Some((key, text("uid"), text("resourceVersion")))
+/// Key, uid and resourceVersion of an object as received, read without caching it.
+fn identity(value: &WireObject) -> Option<(ObjectKey, &str, &str)> {
+    value
+        .metadata_present()
+        .then(|| (value.key(), value.uid(), value.resource_version()))
 }
 
 fn same_version(stored: &CachedObject, uid: &str, resource_version: &str) -> bool {
@@ -144,7 +137,7 @@ impl Reflector {
 
     /// Applies one watcher event: updates the store, then calls `emit` with each delta. Returns
     /// how many objects were rejected (logged; e.g. no `metadata.name`).
-    pub fn apply(&mut self, event: WatchEvent<Value>, emit: &mut impl FnMut(Event)) -> usize {
+    pub fn apply(&mut self, event: WatchEvent<WireObject>, emit: &mut impl FnMut(Event)) -> usize {
         match event {
             WatchEvent::Init => {
                 self.relist = Some(Relist {
@@ -168,8 +161,8 @@ impl Reflector {
     /// buffered object into it. Deltas are not emitted: the content does not change.
     pub fn replace_store(&mut self, store: Arc<Store>) {
         fn readmit(store: &Store, obj: &CachedObject) -> Option<Arc<CachedObject>> {
-            let value = serde_json::from_str(obj.body()).ok()?;
-            store.admit(value).ok()
+            let wire = serde_json::from_str(obj.body()).ok()?;
+            store.admit_wire(wire).ok()
         }
         for obj in self.store.snapshot() {
             if let Some(obj) = readmit(&store, &obj) {
@@ -186,8 +179,8 @@ impl Reflector {
         self.store = store;
     }
 
-    fn admit(&self, value: Value) -> Option<Arc<CachedObject>> {
-        match self.store.admit(value) {
+    fn admit(&self, value: WireObject) -> Option<Arc<CachedObject>> {
+        match self.store.admit_wire(value) {
             Ok(obj) if obj.body().len() > self.max_object_bytes => {
                 tracing::error!(
                     gvk = %self.store.gvk(),
@@ -207,11 +200,14 @@ impl Reflector {
     }
 
     /// Whether `value` is of the expected kind; logs one refusal a minute.
-    fn of_expected_kind(&mut self, value: &Value) -> bool {
+    fn of_expected_kind(&mut self, value: &WireObject) -> bool {
         let Some((api_version, kind)) = &self.expected else {
             return true;
         };
-        let field = |name: &str| value.get(name).and_then(Value::as_str);
+        let field = |name: &str| match name {
+            "apiVersion" => value.api_version(),
+            _ => value.kind(),
+        };
         let matches = |got: Option<&str>, want: &str| got.is_none_or(|got| got == want);
         if matches(field("apiVersion"), api_version) && matches(field("kind"), kind) {
             return true;
@@ -238,7 +234,7 @@ impl Reflector {
         false
     }
 
-    fn list_one(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
+    fn list_one(&mut self, value: WireObject, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }
@@ -313,7 +309,7 @@ impl Reflector {
         }
     }
 
-    fn apply_live(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
+    fn apply_live(&mut self, value: WireObject, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }
@@ -348,7 +344,7 @@ impl Reflector {
         0
     }
 
-    fn delete_live(&mut self, value: Value, emit: &mut impl FnMut(Event)) -> usize {
+    fn delete_live(&mut self, value: WireObject, emit: &mut impl FnMut(Event)) -> usize {
         if !self.of_expected_kind(&value) {
             return 1;
         }

@@ -197,6 +197,7 @@ fn check(initial: Vec<Change>, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 events: Vec<WatchEvent<Value>>|
      -> Result<(), TestCaseError> {
         for event in events {
+            let event = crate::informer::watch::wire_event(event).expect("objects are objects");
             let mut deltas = Vec::new();
             prop_assert_eq!(reflector.apply(event, &mut |d| deltas.push(d)), 0);
             for delta in deltas {

@@ -29,6 +29,10 @@ fn pod_uid(name: &str, rv: &str, node: &str, uid: &str) -> DynamicObject {
     obj
 }
 
+fn wire(value: serde_json::Value) -> WireObject {
+    WireObject::from_value(&value).unwrap()
+}
+
 fn store() -> Arc<Store> {
     let by_node = IndexSpec {
         name: "by-node".into(),
@@ -395,8 +399,9 @@ fn store_is_updated_before_each_delta_is_emitted() {
 #[test]
 fn rejected_objects_are_counted_not_stored() {
     let mut r = synced(&[]);
-    let nameless =
-        WatchEvent::Apply(json!({"metadata": {"namespace": "default", "resourceVersion": "1"}}));
+    let nameless = WatchEvent::Apply(wire(
+        json!({"metadata": {"namespace": "default", "resourceVersion": "1"}}),
+    ));
     assert_eq!(
         r.apply(nameless, &mut |d| panic!("no delta expected, got {d:?}")),
         1
@@ -446,7 +451,11 @@ fn replacing_the_store_keeps_content_and_adds_indexes() {
 #[test]
 fn objects_of_another_kind_are_refused_listed_watched_or_deleted() {
     let mut r = Reflector::new(store()).expecting("v1", "Pod");
-    let config_map = |name: &str, rv: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default", "name": name, "uid": "u", "resourceVersion": rv}});
+    let config_map = |name: &str, rv: &str| {
+        wire(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default", "name": name, "uid": "u", "resourceVersion": rv}}),
+        )
+    };
     let mut deltas = Vec::new();
     let mut rejected = 0;
     let listed = [
@@ -462,8 +471,9 @@ fn objects_of_another_kind_are_refused_listed_watched_or_deleted() {
         (deltas, rejected),
         (vec!["add a@1 initial".to_owned(), "synced".to_owned()], 1)
     );
-    let mut other_pod = dynamic_value(pod("b", "2", "n1"), &pods());
+    let mut other_pod = serde_json::to_value(pod("b", "2", "n1")).unwrap();
     other_pod["apiVersion"] = json!("v2");
+    let other_pod = wire(other_pod);
     for event in [
         WatchEvent::Apply(config_map("cm", "2")),
         WatchEvent::Apply(other_pod),

@@ -3,8 +3,9 @@
 //! Objects are watched as [`DynamicObject`]s (built-in kinds and CRDs alike), or as
 //! [`PartialObjectMeta`] when the key asks for metadata only (kube 5 deprecates
 //! `metadata_watcher` in favour of `watcher` over `Api<PartialObjectMeta<K>>`, which sends the
-//! metadata-only `Accept` header). Either way each object becomes the `serde_json::Value` the
-//! store admits, with `apiVersion`/`kind` filled in (LIST items come without them).
+//! metadata-only `Accept` header). Full objects are decoded straight into [`WireObject`]s (one
+//! pass over each object's JSON, its body kept as text; see `cache::wire`), metadata-only ones
+//! converted; either way with `apiVersion`/`kind` filled in (LIST items come without them).
 //!
 //! The watcher is configured like client-go's reflector: label and field selectors sent to the
 //! server, bookmarks on, LIST pages of [`WatchSettings::page_size`]. kube re-watches from the last
@@ -29,13 +30,13 @@ use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, Event};
-use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::InformerKey;
 use super::guard::{StreamHealth, guarded_client};
 use super::retry::Reachability;
+use crate::cache::WireObject;
 
 /// How the initial content is fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -252,11 +253,11 @@ pub(crate) fn refuses_streaming(error: &watcher::Error) -> bool {
     ) && matches!(status_code(error), Some(400 | 415 | 422))
 }
 
-/// A stream of watcher events with objects as JSON.
-pub type EventStream = BoxStream<'static, watcher::Result<Event<Value>>>;
+/// A stream of watcher events with objects as received.
+pub type EventStream = BoxStream<'static, watcher::Result<Event<WireObject>>>;
 
 /// Maps the object(s) of a watcher event.
-pub fn map_event<K>(event: Event<K>, mut f: impl FnMut(K) -> Value) -> Event<Value> {
+pub fn map_event<K, T>(event: Event<K>, mut f: impl FnMut(K) -> T) -> Event<T> {
     match event {
         Event::Apply(obj) => Event::Apply(f(obj)),
         Event::Delete(obj) => Event::Delete(f(obj)),
@@ -266,26 +267,90 @@ pub fn map_event<K>(event: Event<K>, mut f: impl FnMut(K) -> Value) -> Event<Val
     }
 }
 
-/// A whole object as JSON, `apiVersion` and `kind` set from `resource` when missing.
-pub fn dynamic_value(obj: DynamicObject, resource: &ApiResource) -> Value {
-    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.entry("apiVersion")
-            .or_insert_with(|| resource.api_version.clone().into());
-        map.entry("kind")
-            .or_insert_with(|| resource.kind.clone().into());
-    }
-    value
+/// `event` with its object as if received from a server (for scripts, recordings and tests that
+/// build objects as `serde_json::Value`s); `None` when the object is not a JSON object, or its
+/// labels not a map of strings (the reflector would reject it).
+pub fn wire_event(event: Event<serde_json::Value>) -> Option<Event<WireObject>> {
+    let wire = |v: serde_json::Value| WireObject::from_value(&v).ok();
+    Some(match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(v) => Event::InitApply(wire(v)?),
+        Event::Apply(v) => Event::Apply(wire(v)?),
+        Event::Delete(v) => Event::Delete(wire(v)?),
+    })
 }
 
-/// An object's metadata as `PartialObjectMetadata` JSON, as client-go's metadata informer has it
+/// An [`EventStream`] of events whose objects are `serde_json::Value`s (see [`wire_event`];
+/// events it cannot convert are dropped).
+pub fn value_stream(
+    events: impl futures::Stream<Item = watcher::Result<Event<serde_json::Value>>> + Send + 'static,
+) -> EventStream {
+    events
+        .filter_map(|item| async move {
+            match item {
+                Ok(event) => wire_event(event).map(Ok),
+                Err(error) => Some(Err(error)),
+            }
+        })
+        .boxed()
+}
+
+/// Objects are watched as [`WireObject`]s: `Api<WireObject>` is `Api<DynamicObject>` with a
+/// decoder that keeps the body as text.
+impl kube::Resource for WireObject {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &kube::core::ObjectMeta {
+        WireObject::meta(self)
+    }
+
+    fn meta_mut(&mut self) -> &mut kube::core::ObjectMeta {
+        WireObject::meta_mut(self)
+    }
+}
+
+/// A whole object as received, `apiVersion` and `kind` set from `resource` when missing (tests
+/// and tools that build `DynamicObject`s).
+pub fn dynamic_value(obj: DynamicObject, resource: &ApiResource) -> WireObject {
+    let text = serde_json::to_string(&obj).expect("a DynamicObject serializes");
+    serde_json::from_str::<WireObject>(&text)
+        .expect("a DynamicObject's JSON is an object")
+        .with_default_type(&resource.api_version, &resource.kind)
+}
+
+/// An object's metadata as `PartialObjectMetadata`, as client-go's metadata informer has it
 /// (`apiVersion` and `kind` as the server sent them, so another kind is seen and refused).
-pub fn metadata_value(obj: PartialObjectMeta<DynamicObject>) -> Value {
+pub fn metadata_value(obj: PartialObjectMeta<DynamicObject>) -> WireObject {
     let (api_version, kind) = match obj.types {
         Some(types) => (types.api_version, types.kind),
         None => (METADATA_API_VERSION.to_owned(), METADATA_KIND.to_owned()),
     };
-    serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": obj.metadata })
+    let text =
+        serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": obj.metadata })
+            .to_string();
+    serde_json::from_str(&text).expect("PartialObjectMetadata's JSON is an object")
 }
 
 /// The `apiVersion` of metadata-only objects.
@@ -328,12 +393,16 @@ pub(crate) fn watch(client: Client, key: &InformerKey, config: watcher::Config) 
             .map_ok(|event| map_event(event, metadata_value))
             .boxed()
     } else {
-        let api: Api<DynamicObject> = match &key.namespace {
+        let api: Api<WireObject> = match &key.namespace {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
         watcher::watcher(api, config)
-            .map_ok(move |event| map_event(event, |obj| dynamic_value(obj, &resource)))
+            .map_ok(move |event| {
+                map_event(event, |obj| {
+                    obj.with_default_type(&resource.api_version, &resource.kind)
+                })
+            })
             .boxed()
     }
 }
@@ -459,7 +528,7 @@ impl ApiSource {
     }
 
     /// The next watcher event or error.
-    pub(crate) async fn next(&mut self) -> watcher::Result<Event<Value>> {
+    pub(crate) async fn next(&mut self) -> watcher::Result<Event<WireObject>> {
         if self.stream.is_none() {
             let streaming = match self.settings.list_strategy {
                 ListStrategy::List => false,
@@ -605,7 +674,7 @@ mod tests {
         obj.types = None; // as in a LIST response
         let value = dynamic_value(obj, &pods());
         assert_eq!(
-            (value["apiVersion"].as_str(), value["kind"].as_str()),
+            (value.api_version(), value.kind()),
             (Some("v1"), Some("Pod"))
         );
         let metadata = kube::core::ObjectMeta {
@@ -618,7 +687,7 @@ mod tests {
             _phantom: std::marker::PhantomData,
         };
         let value = metadata_value(meta);
-        assert_eq!(value["kind"], "PartialObjectMetadata");
-        assert_eq!(value["metadata"]["name"], "web");
+        assert_eq!(value.kind(), Some("PartialObjectMetadata"));
+        assert_eq!(value.meta().name.as_deref(), Some("web"));
     }
 }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::{Script, ScriptError, ScriptStep, Step, Stores};
 use crate::cache::{Event, Gvk, ObjectKey};
 use crate::informer::reflector::Reflector;
+use crate::informer::watch::wire_event;
 
 /// The events a script delivers, each after the cache has been updated for it.
 #[derive(Debug)]
@@ -79,6 +80,10 @@ impl Feed {
             .get_mut(gvk)
             .expect("a reflector for every kind of the script");
         for event in events {
+            // An object that is not one (the reflector would reject it) changes nothing.
+            let Some(event) = wire_event(event) else {
+                continue;
+            };
             reflector.apply(event, &mut |event| {
                 // `replay` reports calls: `Synced` calls nothing.
                 if event != Event::Synced {

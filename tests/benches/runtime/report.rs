@@ -49,6 +49,11 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
                 per_object <= get_object,
             )
         }
+        "10a-admit-watched" => {
+            let paired = bench.pairs.get("pair-admit").map(|(_, p)| p.ratio.median);
+            let ratio = paired.or_else(|| Some(m(id)? / m("10c-parse-value")?))?;
+            verdict(format!("≤ 1.5× one parse: {ratio:.2}×"), ratio <= 1.5)
+        }
         "6a-start-empty" => verdict("≤ 10 µs".into(), m(id)? <= 10_000.0),
         "7a-load-cached-empty" => verdict("< 1 ms".into(), m(id)? < 1e6),
         "7b-load-cached-decode" => verdict("≤ 0.4 ms".into(), m(id)? <= 0.4e6),
