@@ -1199,10 +1199,11 @@ fn print_report(
     println!("| goal | measured | met |\n|---|---|---|");
     for row in &rows[1..] {
         let ratio = row.host as f64 / row.go as f64;
+        // Issue 17, item 4 raised issue 3's goal (1/3) to 0.25.
         println!(
-            "| RSS ≤ 1/3 of client-go at {} Pods | {ratio:.2} | {} |",
+            "| RSS ≤ 0.25 of client-go at {} Pods | {ratio:.2} | {} |",
             row.pods,
-            if ratio <= 1.0 / 3.0 { "yes" } else { "no" }
+            if ratio <= 0.25 { "yes" } else { "no" }
         );
         if let Some(r) = &row.relist {
             match r.host_done {
