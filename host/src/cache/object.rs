@@ -132,11 +132,16 @@ impl CachedObject {
     /// Builds a cached object from an object as received, computing its values for `indexes`.
     /// Removes `metadata.managedFields` when `strip_managed_fields` is set.
     pub fn from_wire(
-        wire: WireObject,
+        mut wire: WireObject,
         strip_managed_fields: bool,
         indexes: &[super::IndexSpec],
     ) -> Result<Self, ObjectError> {
-        if wire.metadata.is_none() {
+        let meta = std::mem::take(&mut wire.meta);
+        let key = ObjectKey::new(
+            meta.namespace.unwrap_or_default(),
+            meta.name.unwrap_or_default(),
+        );
+        if key.name.is_empty() {
             return Err(ObjectError::NoName);
         }
         let body = wire.body(strip_managed_fields);
@@ -155,14 +160,6 @@ impl CachedObject {
                 .map(|spec| spec.path.values(&value).into_boxed_slice())
                 .collect()
         };
-        let meta = wire.meta;
-        let key = ObjectKey::new(
-            meta.namespace.unwrap_or_default(),
-            meta.name.unwrap_or_default(),
-        );
-        if key.name.is_empty() {
-            return Err(ObjectError::NoName);
-        }
         let uid = meta.uid.unwrap_or_default();
         let resource_version = meta.resource_version.unwrap_or_default();
         let identity = [&key.namespace, &key.name, &uid, &resource_version];

@@ -85,12 +85,17 @@ impl Borrow<ObjectKey> for ByKey {
     }
 }
 
+/// The table's hash of the key `namespace`/`name`.
+fn key_hash(hasher: &RandomState, namespace: &str, name: &str) -> u64 {
+    let mut hasher = hasher.build_hasher();
+    namespace.hash(&mut hasher);
+    name.hash(&mut hasher);
+    hasher.finish()
+}
+
 impl State {
     fn hash(&self, namespace: &str, name: &str) -> u64 {
-        let mut hasher = self.hasher.build_hasher();
-        namespace.hash(&mut hasher);
-        name.hash(&mut hasher);
-        hasher.finish()
+        key_hash(&self.hasher, namespace, name)
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<&Arc<CachedObject>> {
@@ -103,12 +108,7 @@ impl State {
     fn insert(&mut self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let hash = self.hash(obj.namespace(), obj.name());
         let hasher = &self.hasher;
-        let rehash = |o: &Arc<CachedObject>| {
-            let mut h = hasher.build_hasher();
-            o.namespace().hash(&mut h);
-            o.name().hash(&mut h);
-            h.finish()
-        };
+        let rehash = |o: &Arc<CachedObject>| key_hash(hasher, o.namespace(), o.name());
         match self.objects.entry(hash, |o| o.key() == obj.key(), rehash) {
             Entry::Occupied(mut entry) => Some(std::mem::replace(entry.get_mut(), obj)),
             Entry::Vacant(entry) => {

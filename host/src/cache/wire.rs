@@ -184,8 +184,8 @@ impl WireObject {
 
     /// The whole object as JSON text, `managedFields` left out when `strip_managed_fields`.
     pub(super) fn body(&self, strip_managed_fields: bool) -> String {
-        let metadata = self.metadata_text(strip_managed_fields);
-        let size = metadata.as_ref().map_or(0, |m| m.len() + 12)
+        let metadata = self.metadata_parts(strip_managed_fields);
+        let size = metadata.map_or(0, |(head, tail)| head.len() + tail.len() + 12)
             + self
                 .fields
                 .iter()
@@ -196,39 +196,40 @@ impl WireObject {
             + 2;
         let mut body = String::with_capacity(size);
         body.push('{');
-        let entry = |body: &mut String, key: &str, value: &str| {
+        // Starts the entry `key` (its value is pushed next).
+        let key = |body: &mut String, key: &str| {
             if body.len() > 1 {
                 body.push(',');
             }
             push_json_string(body, key);
             body.push(':');
-            body.push_str(value);
         };
-        for (key, value) in [("apiVersion", &self.api_version), ("kind", &self.kind)] {
+        for (name, value) in [("apiVersion", &self.api_version), ("kind", &self.kind)] {
             if let Some(value) = value {
-                let mut quoted = String::with_capacity(value.len() + 2);
-                push_json_string(&mut quoted, value);
-                entry(&mut body, key, &quoted);
+                key(&mut body, name);
+                push_json_string(&mut body, value);
             }
         }
-        if let Some(metadata) = &metadata {
-            entry(&mut body, "metadata", metadata);
+        if let Some((head, tail)) = metadata {
+            key(&mut body, "metadata");
+            body.push_str(head);
+            body.push_str(tail);
         }
-        for (key, value) in &self.fields {
-            entry(&mut body, key, value.get());
+        for (name, value) in &self.fields {
+            key(&mut body, name);
+            body.push_str(value.get());
         }
         body.push('}');
         body
     }
 
-    /// `metadata`'s text, `managedFields` left out when `strip_managed_fields`.
-    fn metadata_text(&self, strip_managed_fields: bool) -> Option<Cow<'_, str>> {
+    /// `metadata`'s text in two pieces, around `managedFields` when `strip_managed_fields` (the
+    /// second piece is empty when nothing is cut).
+    fn metadata_parts(&self, strip_managed_fields: bool) -> Option<(&str, &str)> {
         let text = self.metadata.as_deref()?.get();
         Some(match (&self.managed_fields, strip_managed_fields) {
-            (Some(span), true) => {
-                Cow::Owned(format!("{}{}", &text[..span.start], &text[span.end..]))
-            }
-            _ => Cow::Borrowed(text),
+            (Some(span), true) => (&text[..span.start], &text[span.end..]),
+            _ => (text, ""),
         })
     }
 
@@ -241,8 +242,8 @@ impl WireObject {
                 "apiVersion" => self.api_version.clone().map(Value::String),
                 "kind" => self.kind.clone().map(Value::String),
                 "metadata" => self
-                    .metadata_text(strip_managed_fields)
-                    .and_then(|m| serde_json::from_str(&m).ok()),
+                    .metadata_parts(strip_managed_fields)
+                    .and_then(|(head, tail)| serde_json::from_str(&[head, tail].concat()).ok()),
                 _ => self
                     .fields
                     .iter()

@@ -351,10 +351,9 @@ pub fn metadata_value(obj: PartialObjectMeta<DynamicObject>) -> WireObject {
         Some(types) => (types.api_version, types.kind),
         None => (METADATA_API_VERSION.to_owned(), METADATA_KIND.to_owned()),
     };
-    let text =
-        serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": obj.metadata })
-            .to_string();
-    serde_json::from_str(&text).expect("PartialObjectMetadata's JSON is an object")
+    let value =
+        serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": obj.metadata });
+    WireObject::from_value(&value).expect("PartialObjectMetadata's JSON is an object")
 }
 
 /// The `apiVersion` of metadata-only objects.
