@@ -15,13 +15,17 @@
 //! A watcher's `Apply` does not say whether the object is new: it is an update when the store
 //! already holds the object. `cargo bench -p wasmformer-tests --bench kube-informer -- --kubeconfig
 //! FILE`; without `--kubeconfig` (a `cargo bench` of every target) it says what it is and exits.
+//!
+//! With `--count N` it is the peer of the saturation benchmark (`tests/benches/saturation.rs`)
+//! instead: `reflector(writer, watcher)` and one consumer of its applied objects that only
+//! counts, and a single line `{"event":"done","handled":N}` once the consumer has seen N.
 
 use std::io::Write;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, reflector::reflector, watcher};
 use kube::{Api, Client, Config};
 use serde_json::json;
 
@@ -69,6 +73,24 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let pods: Api<Pod> = Api::all(Client::try_from(config)?);
     let (reader, mut writer) = reflector::store::<Pod>();
+    if let Some(count) = args
+        .iter()
+        .position(|a| a == "--count")
+        .and_then(|i| args.get(i + 1))
+    {
+        let count: usize = count.parse()?;
+        let stream = watcher(pods, watcher::Config::default()).default_backoff();
+        let mut applied = std::pin::pin!(reflector(writer, stream).applied_objects());
+        let mut handled = 0;
+        while let Some(pod) = applied.try_next().await? {
+            std::hint::black_box(&pod);
+            handled += 1;
+            if handled == count {
+                emit(json!({ "event": "done", "handled": count }));
+            }
+        }
+        return Ok(());
+    }
 
     let stats = reader.clone();
     tokio::spawn(async move {

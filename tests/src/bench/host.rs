@@ -128,6 +128,11 @@ impl HostProcess {
         self.child.id()
     }
 
+    /// Whether it has exited, and how.
+    pub fn try_wait(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// The file its log is appended to.
     pub fn log(&self) -> &Path {
         &self.log
@@ -158,12 +163,18 @@ impl HostProcess {
         Ok(body)
     }
 
+    /// Its `/status`.
+    pub fn status(&self) -> Result<Value> {
+        let (code, body) = http_get(self.admin, "/status")?;
+        ensure!(code == 200, "GET /status answered {code}");
+        serde_json::from_str(&body).context("parse /status")
+    }
+
     /// The Pod informer's `events`, `relists`, `objects` counters and list strategy, from `/status`.
     pub fn informer(&self) -> Result<(u64, u64, u64, String)> {
-        let (_, body) = http_get(self.admin, "/status")?;
-        let status: Value = serde_json::from_str(&body).context("parse /status")?;
+        let status = self.status()?;
         let informer = &status["informers"][0];
-        ensure!(informer.is_object(), "no informer in /status: {body}");
+        ensure!(informer.is_object(), "no informer in /status: {status}");
         let number = |field: &str| informer[field].as_u64().unwrap_or(0);
         let strategy = informer["listStrategy"].as_str().unwrap_or("?");
         Ok((

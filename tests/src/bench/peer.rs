@@ -29,6 +29,8 @@ pub struct PeerState {
     pub adds: usize,
     pub updates: usize,
     pub synced: bool,
+    /// When its `{"event":"done"}` line was read (the saturation peers print one).
+    pub done: Option<Instant>,
     /// `rssBytes`, `objects`, `heapInuseBytes` of its last stats line.
     pub stats: Option<(u64, usize, u64)>,
     /// Event lines with the instant they were read, while recording.
@@ -86,6 +88,7 @@ impl InformerPeer {
                     Some("add") => state.adds += 1,
                     Some("update") => state.updates += 1,
                     Some("synced") => state.synced = true,
+                    Some("done") => state.done = Some(read_at),
                     Some("stats") => {
                         let n = |f: &str| v[f].as_u64().unwrap_or(0);
                         state.stats =
