@@ -1,17 +1,21 @@
 // Command watchserver is the fake API server of the saturation benchmark
-// (tests/benches/saturation.rs, run by `scripts/bench-informer --saturation`):
-// it answers the list of Pods with an empty list, then streams a watch of
-// --pods ADDED events of the realistic Pod (--fixture) as fast as the client
-// reads them, encoded by apimachinery's own serializers in the content type the
-// client asks for (JSON, or protobuf when its Accept header puts it first).
-// Every frame is encoded before the server listens, so a watch costs the server
-// one write per 256 KiB; after the last event it keeps the watch open.
+// (tests/benches/saturation.rs, run by `scripts/bench-informer --saturation`).
+// With --mode watch it answers the list of Pods with an empty list, then streams
+// a watch of --pods ADDED events of the realistic Pod (--fixture) as fast as the
+// client reads them; with --mode list it answers the list with all --pods Pods
+// (in pages of 500 when the client asks for a limit of 500, as client-go,
+// kube-rs and wasmformer do; in one response without a limit) and holds the
+// watch open with no event. Everything is encoded by apimachinery's own
+// serializers in the content type the client asks for (JSON, or protobuf when
+// its Accept header puts it first), before the server listens, so an answer
+// costs the server one write per 256 KiB.
 //
 // Plain HTTP on 127.0.0.1, no authentication. It prints JSON lines on stdout:
 //
 //	{"event":"listening","address":"127.0.0.1:PORT"}
+//	{"event":"list","contentType":"…","userAgent":"…","limit":"500"}     when a list's first page is asked for
 //	{"event":"watch","contentType":"application/json","userAgent":"…"}   when a watch starts
-//	{"event":"sent","contentType":"application/json","bytes":N,"ms":T}  when its last event is written
+//	{"event":"sent","contentType":"application/json","bytes":N,"ms":T}  when a whole watch or unpaged list is written
 //
 // It also answers the discovery of the core group (/api, /api/v1: pods only).
 // Anything else it is asked for is answered 404 and logged on stderr.
@@ -44,9 +48,14 @@ const (
 	namePrefix   = "web-frontend-7d9f8b6c5d-"
 )
 
-// encoded is one content type's answers: the empty list and the whole watch stream.
+// pageSize is the only limit served in pages.
+const pageSize = 500
+
+// encoded is one content type's answers: the list, whole and in pages, and the
+// whole watch stream.
 type encoded struct {
 	list        []byte
+	pages       [][]byte
 	watch       []byte
 	watchHeader string
 }
@@ -56,18 +65,19 @@ func main() {
 	namespaces := flag.Int("namespaces", 4, "namespaces the Pods are spread over (bench-0, bench-1, …)")
 	fixture := flag.String("fixture", "", "the realistic Pod (JSON) every event is a copy of (required)")
 	address := flag.String("address", "127.0.0.1:0", "address to listen on")
+	mode := flag.String("mode", "watch", "watch: the Pods come as watch events; list: in the list")
 	flag.Parse()
-	if *fixture == "" || *pods < 1 || *namespaces < 1 {
+	if *fixture == "" || *pods < 1 || *namespaces < 1 || (*mode != "watch" && *mode != "list") {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*fixture, *pods, *namespaces, *address); err != nil {
+	if err := run(*fixture, *pods, *namespaces, *address, *mode == "list"); err != nil {
 		fmt.Fprintf(os.Stderr, "watchserver: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(fixture string, pods, namespaces int, address string) error {
+func run(fixture string, pods, namespaces int, address string, inList bool) error {
 	raw, err := os.ReadFile(fixture)
 	if err != nil {
 		return err
@@ -78,7 +88,7 @@ func run(fixture string, pods, namespaces int, address string) error {
 	}
 	answers := map[string]*encoded{}
 	for _, mediaType := range []string{jsonType, protobufType} {
-		e, err := encode(&template, pods, namespaces, mediaType)
+		e, err := encode(&template, pods, namespaces, mediaType, inList)
 		if err != nil {
 			return fmt.Errorf("encode %s: %w", mediaType, err)
 		}
@@ -94,8 +104,9 @@ func run(fixture string, pods, namespaces int, address string) error {
 	return http.Serve(listener, &server{answers: answers, out: out})
 }
 
-// encode writes what a real API server would send, with the same serializers.
-func encode(template *corev1.Pod, pods, namespaces int, mediaType string) (*encoded, error) {
+// encode writes what a real API server would send, with the same serializers:
+// the Pods in the list (inList) or as the watch's events.
+func encode(template *corev1.Pod, pods, namespaces int, mediaType string, inList bool) (*encoded, error) {
 	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaType)
 	if !ok || info.StreamSerializer == nil {
 		return nil, fmt.Errorf("no serializer")
@@ -103,20 +114,20 @@ func encode(template *corev1.Pod, pods, namespaces int, mediaType string) (*enco
 	objects := scheme.Codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion)
 
 	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: []corev1.Pod{}}
-	var listBytes bytes.Buffer
-	if err := objects.Encode(list, &listBytes); err != nil {
-		return nil, err
-	}
-
 	var stream bytes.Buffer
 	events := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(&stream), info.StreamSerializer.Serializer)
-	pod := template.DeepCopy()
 	var object bytes.Buffer
 	for i := 0; i < pods; i++ {
+		pod := template.DeepCopy()
 		pod.Name = fmt.Sprintf("%s%06d", namePrefix, i)
 		pod.Namespace = fmt.Sprintf("bench-%d", i%namespaces)
 		pod.UID = types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
 		pod.ResourceVersion = strconv.Itoa(2 + i)
+		if inList {
+			list.Items = append(list.Items, *pod)
+			list.ResourceVersion = pod.ResourceVersion
+			continue
+		}
 		object.Reset()
 		if err := objects.Encode(pod, &object); err != nil {
 			return nil, err
@@ -126,11 +137,27 @@ func encode(template *corev1.Pod, pods, namespaces int, mediaType string) (*enco
 			return nil, err
 		}
 	}
+	var listBytes bytes.Buffer
+	if err := objects.Encode(list, &listBytes); err != nil {
+		return nil, err
+	}
+	var pages [][]byte
+	for at := 0; at < len(list.Items) || at == 0; at += pageSize {
+		page := &corev1.PodList{ListMeta: list.ListMeta, Items: list.Items[at:min(at+pageSize, len(list.Items))]}
+		if at+pageSize < len(list.Items) {
+			page.Continue = strconv.Itoa(at + pageSize)
+		}
+		var pageBytes bytes.Buffer
+		if err := objects.Encode(page, &pageBytes); err != nil {
+			return nil, err
+		}
+		pages = append(pages, pageBytes.Bytes())
+	}
 	header := mediaType
 	if mediaType == protobufType {
 		header += ";stream=watch"
 	}
-	return &encoded{list: listBytes.Bytes(), watch: stream.Bytes(), watchHeader: header}, nil
+	return &encoded{list: listBytes.Bytes(), pages: pages, watch: stream.Bytes(), watchHeader: header}, nil
 }
 
 type server struct {
@@ -151,25 +178,25 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "watchserver: streaming lists are not served; list instead", http.StatusBadRequest)
 	case r.URL.Path == "/api/v1/pods" && (query.Get("watch") == "1" || query.Get("watch") == "true"):
 		s.out.emit(map[string]any{"event": "watch", "contentType": mediaType, "userAgent": r.UserAgent()})
-		started := time.Now()
 		w.Header().Set("Content-Type", answer.watchHeader)
-		w.Header().Set("Transfer-Encoding", "chunked")
-		w.WriteHeader(http.StatusOK)
-		flusher := w.(http.Flusher)
-		const chunk = 256 << 10
-		for at := 0; at < len(answer.watch); at += chunk {
-			end := min(at+chunk, len(answer.watch))
-			if _, err := w.Write(answer.watch[at:end]); err != nil {
-				fmt.Fprintf(os.Stderr, "watchserver: watch ended early: %v\n", err)
-				return
-			}
-			flusher.Flush()
+		if s.send(w, answer.watch, mediaType) {
+			<-r.Context().Done()
 		}
-		s.out.emit(map[string]any{"event": "sent", "contentType": mediaType, "bytes": len(answer.watch), "ms": time.Since(started).Milliseconds()})
-		<-r.Context().Done()
 	case r.URL.Path == "/api/v1/pods":
+		from, _ := strconv.Atoi(query.Get("continue"))
+		if from == 0 {
+			s.out.emit(map[string]any{"event": "list", "contentType": mediaType, "userAgent": r.UserAgent(), "limit": query.Get("limit")})
+		}
 		w.Header().Set("Content-Type", mediaType)
-		_, _ = w.Write(answer.list)
+		switch limit := query.Get("limit"); {
+		case limit == "" || limit == "0":
+			s.send(w, answer.list, mediaType)
+		case limit == strconv.Itoa(pageSize) && from%pageSize == 0 && from/pageSize < len(answer.pages):
+			_, _ = w.Write(answer.pages[from/pageSize])
+		default:
+			w.Header().Del("Content-Type")
+			http.Error(w, fmt.Sprintf("watchserver: only pages of %d are served (limit %s, continue %d)", pageSize, limit, from), http.StatusBadRequest)
+		}
 	case r.URL.Path == "/api":
 		writeJSON(w, &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}})
 	case r.URL.Path == "/api/v1":
@@ -185,6 +212,27 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(os.Stderr, "watchserver: not served: %s %s\n", r.Method, r.URL)
 		http.NotFound(w, r)
 	}
+}
+
+// send writes body in chunks of 256 KiB, each flushed, and says when it is
+// written; false if the client went away first.
+func (s *server) send(w http.ResponseWriter, body []byte, mediaType string) bool {
+	started := time.Now()
+	w.Header().Set("Transfer-Encoding", "chunked")
+	w.WriteHeader(http.StatusOK)
+	flusher := w.(http.Flusher)
+	const chunk = 256 << 10
+	for at := 0; at < len(body); at += chunk {
+		if _, err := w.Write(body[at:min(at+chunk, len(body))]); err != nil {
+			fmt.Fprintf(os.Stderr, "watchserver: answer ended early: %v\n", err)
+			return false
+		}
+		flusher.Flush()
+	}
+	if len(body) > chunk {
+		s.out.emit(map[string]any{"event": "sent", "contentType": mediaType, "bytes": len(body), "ms": time.Since(started).Milliseconds()})
+	}
+	return true
 }
 
 // writeJSON answers a discovery request (clients that resolve kinds ask for it).
