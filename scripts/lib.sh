@@ -74,3 +74,14 @@ ensure_interpreters() {
   command -v python3 >/dev/null 2>&1 || { echo "python3 (3.10+, with venv and pip) is required for Python plugins" >&2; exit 1; }
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "node (18+) and npm are required for JavaScript plugins" >&2; exit 1; }
 }
+
+# Builds the kube-rs peer of the informer benchmarks (the `kube-informer` bench target, with the
+# release profile like the host) and exports its path as WASMFORMER_KUBE_INFORMER.
+build_kube_informer_peer() {
+  local peer=(cargo bench --locked -p wasmformer-tests --bench kube-informer)
+  nice "${peer[@]}" --no-run >&2
+  WASMFORMER_KUBE_INFORMER=$("${peer[@]}" --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+  [[ -x "$WASMFORMER_KUBE_INFORMER" ]] || { echo "the kube-informer bench target was not built" >&2; exit 1; }
+  export WASMFORMER_KUBE_INFORMER
+}
