@@ -59,11 +59,12 @@ fn event_line(event: &str, pod: &Pod) -> serde_json::Value {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let Some(kubeconfig) = args
-        .iter()
-        .position(|a| a == "--kubeconfig")
-        .and_then(|i| args.get(i + 1))
-    else {
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let Some(kubeconfig) = option("--kubeconfig") else {
         eprintln!(
             "kube-informer: the kube-rs peer process of scripts/bench-density; run with --kubeconfig FILE"
         );
@@ -73,11 +74,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let pods: Api<Pod> = Api::all(Client::try_from(config)?);
     let (reader, mut writer) = reflector::store::<Pod>();
-    if let Some(count) = args
-        .iter()
-        .position(|a| a == "--count")
-        .and_then(|i| args.get(i + 1))
-    {
+    if let Some(count) = option("--count") {
         let count: usize = count.parse()?;
         let stream = watcher(pods, watcher::Config::default()).default_backoff();
         let mut applied = std::pin::pin!(reflector(writer, stream).applied_objects());

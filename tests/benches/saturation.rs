@@ -194,15 +194,10 @@ impl WatchServer {
             .cloned()
     }
 
+    /// A kubeconfig for it: plain HTTP and no credentials, as the dev cluster's.
     fn kubeconfig(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join("watchserver.kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: watchserver\n  cluster: {{server: \"http://{}\"}}\nusers:\n- name: anonymous\n  user: {{}}\ncontexts:\n- name: watchserver\n  context: {{cluster: watchserver, user: anonymous}}\ncurrent-context: watchserver\n",
-                self.address
-            ),
-        )?;
+        wasmformer_devcluster::kubeconfig::write(&path, &format!("http://{}", self.address))?;
         Ok(path)
     }
 }
@@ -310,7 +305,7 @@ struct Bench<'a> {
 /// One client's run.
 struct Measured {
     client: Contender,
-    /// From the server taking the watch request to the last handler call.
+    /// From the server taking the watch (or first list) request to the last handler call.
     elapsed: Duration,
     /// CPU time of the client's process over that window.
     cpu: Duration,
@@ -392,8 +387,9 @@ impl Bench<'_> {
             }
             ensure!(
                 Instant::now() < deadline,
-                "{}: no watch request",
-                client.name()
+                "{}: no {} request",
+                client.name(),
+                self.stage.name()
             );
             std::thread::sleep(Duration::from_millis(2));
         };
