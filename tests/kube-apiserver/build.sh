@@ -83,9 +83,10 @@ else
   fi
   trap - EXIT
   log "built in $((SECONDS - start))s"
-  # Keep the three newest builds (each ~160 MB); drop older ones.
+  # Keep the three newest builds of this kind (harness ~160 MB, bench programs ~65 MB); drop
+  # older ones.
   find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
-    -regex '.*/[0-9a-f]{16}' -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- |
+    -regex ".*/${prefix}[0-9a-f]{16}" -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- |
     while read -r old; do log "pruning old build $old"; rm -rf "$old"; done
 fi
 
