@@ -183,7 +183,10 @@ impl CompileCache {
         // The file could have been replaced between the check and the open: check again.
         let unchanged = std::fs::metadata(path).is_ok_and(|m| FileIdentity::of(&m) == identity);
         match component {
-            Ok(component) if unchanged => return Some(component),
+            Ok(component) if unchanged => {
+                release_metadata_pages(&component);
+                return Some(component);
+            }
             Ok(_) => {
                 tracing::warn!(path = %path.display(), "compiled component changed while it was loaded; recompiling")
             }
@@ -221,6 +224,54 @@ impl CompileCache {
             }
         }
     }
+}
+
+/// Gives back the resident pages of everything in `component`'s mapped artifact but its code.
+///
+/// Loading reads the artifact's headers and metadata (and the kernel maps the neighbours of
+/// every page it faults in, up to 64 KiB around), so without this the whole file stays resident:
+/// for a small Rust plugin 370 KiB, of which the code is 212 KiB. The rest (unwind and address
+/// maps, trap tables, function names, symbols, the memory image's source) is read again only on a
+/// trap or, for the memory image, through its own mapping. The mapping is read-only and backed by
+/// the file, so a page given back holds the file's bytes when it is touched again.
+fn release_metadata_pages(component: &Component) {
+    let image = component.image_range();
+    let (start, end) = (image.start as usize, image.end as usize);
+    // SAFETY: wasmtime keeps the image mapped, and unchanged, while `component` lives.
+    let bytes = unsafe { std::slice::from_raw_parts(image.start, end - start) };
+    let Some(code) = code_range(bytes) else {
+        return;
+    };
+    let page = page_size();
+    let round_up = |n: usize| n.div_ceil(page) * page;
+    let code = (start + code.start) / page * page..round_up(start + code.end);
+    for range in [start..code.start, code.end..round_up(end)] {
+        if range.start < range.end && range.start % page == 0 {
+            // SAFETY: the range lies in the image's read-only, file-backed private mapping
+            // (a cached load), never written: MADV_DONTNEED only drops its page-table entries.
+            unsafe {
+                libc::madvise(
+                    range.start as *mut libc::c_void,
+                    range.end - range.start,
+                    libc::MADV_DONTNEED,
+                );
+            }
+        }
+    }
+}
+
+/// Where the executable section lies in a compiled artifact (an ELF object).
+pub(super) fn code_range(artifact: &[u8]) -> Option<std::ops::Range<usize>> {
+    use object::{Object, ObjectSection, SectionKind};
+    let file = object::File::parse(artifact).ok()?;
+    let text = file.sections().find(|s| s.kind() == SectionKind::Text)?;
+    let (offset, size) = text.file_range()?;
+    Some(offset as usize..(offset + size) as usize)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
 
 /// Creates `dir` (and missing parents) `0700`, or checks the existing one is this user's and not

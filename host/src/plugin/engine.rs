@@ -315,4 +315,60 @@ mod tests {
         assert!(from_cache);
         assert!(mapped_from_a_file(&loaded), "loaded from the cache");
     }
+
+    /// Resident bytes of this process's mappings of `path` (`/proc/self/smaps`).
+    fn resident_bytes_of(path: &std::path::Path) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut ours = false;
+        let mut kib = 0;
+        for line in smaps.lines() {
+            match line.split_once(':') {
+                Some(("Rss", value)) if ours => {
+                    kib += value.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
+                }
+                // A mapping's header line: `start-end perms offset dev inode path`.
+                _ if line
+                    .split_whitespace()
+                    .next()
+                    .is_some_and(|f| f.contains('-')) =>
+                {
+                    ours = line.ends_with(&*path.to_string_lossy());
+                }
+                _ => {}
+            }
+        }
+        kib * 1024
+    }
+
+    /// Issue 16: a cached load keeps resident only its code, not the rest of the artifact it read
+    /// (for this guest the code is about 55% of the file).
+    #[test]
+    fn a_cached_load_keeps_only_code_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let path: &std::path::Path = wasmformer_tests::guests::COUNTER.as_ref();
+        let wasm = std::fs::read(path).unwrap();
+        let digest = content_digest(&wasm);
+        let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
+        let (component, _) = engine.compile(&wasm, &digest).unwrap();
+        let artifact = engine.cache_dir().unwrap();
+        let artifact = std::fs::read_dir(artifact)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.is_dir())
+            .unwrap()
+            .join(format!("{digest}.cwasm"));
+        let bytes = std::fs::read(&artifact).unwrap();
+        let code = super::super::cache::code_range(&bytes).unwrap();
+        let resident = resident_bytes_of(&artifact);
+        assert!(
+            resident <= code.len() as u64,
+            "{resident} bytes of {} resident, more than the code's {}",
+            bytes.len(),
+            code.len()
+        );
+        // The code is still there and runs.
+        let plugin = crate::plugin::LoadedPlugin::from_bytes(&engine, "counter", path, &wasm);
+        assert!(plugin.is_ok(), "{plugin:?}");
+        drop(component);
+    }
 }
