@@ -151,6 +151,7 @@ impl PluginInstance {
         self.live = None;
         self.unloaded = true;
         self.plugin.release_code();
+        super::trim::request();
         self.saved = saved?;
         Ok(())
     }
