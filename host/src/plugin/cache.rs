@@ -114,7 +114,8 @@ impl CompileCache {
         })
     }
 
-    fn paths(&self, digest: &str) -> (PathBuf, PathBuf) {
+    /// Where `digest`'s artifact and its MAC are kept.
+    pub(super) fn paths(&self, digest: &str) -> (PathBuf, PathBuf) {
         (
             self.artifacts.join(format!("{digest}.cwasm")),
             self.artifacts.join(format!("{digest}.mac")),

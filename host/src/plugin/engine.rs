@@ -296,15 +296,19 @@ mod tests {
             })
     }
 
+    /// The `counter` guest's wasm and digest, and an empty compile cache directory.
+    fn counter_and_a_cache() -> (Vec<u8>, String, tempfile::TempDir) {
+        let wasm = std::fs::read(wasmformer_tests::guests::COUNTER).unwrap();
+        let digest = content_digest(&wasm);
+        (wasm, digest, tempfile::tempdir().unwrap())
+    }
+
     /// Issue 16: with a compile cache, a plugin's code maps the artifact file, whether just
     /// compiled or loaded by a process that has not checked the file before (a copy in anonymous
     /// memory kept ~0.5 MiB resident per plugin).
     #[test]
     fn compiled_code_maps_the_cached_artifact() {
-        let dir = tempfile::tempdir().unwrap();
-        let path: &std::path::Path = wasmformer_tests::guests::COUNTER.as_ref();
-        let wasm = std::fs::read(path).unwrap();
-        let digest = content_digest(&wasm);
+        let (wasm, digest, dir) = counter_and_a_cache();
         let first = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
         let (compiled, from_cache) = first.compile(&wasm, &digest).unwrap();
         assert!(!from_cache);
@@ -316,50 +320,18 @@ mod tests {
         assert!(mapped_from_a_file(&loaded), "loaded from the cache");
     }
 
-    /// Resident bytes of this process's mappings of `path` (`/proc/self/smaps`).
-    fn resident_bytes_of(path: &std::path::Path) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut ours = false;
-        let mut kib = 0;
-        for line in smaps.lines() {
-            match line.split_once(':') {
-                Some(("Rss", value)) if ours => {
-                    kib += value.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
-                }
-                // A mapping's header line: `start-end perms offset dev inode path`.
-                _ if line
-                    .split_whitespace()
-                    .next()
-                    .is_some_and(|f| f.contains('-')) =>
-                {
-                    ours = line.ends_with(&*path.to_string_lossy());
-                }
-                _ => {}
-            }
-        }
-        kib * 1024
-    }
-
     /// Issue 16: a cached load keeps resident only its code, not the rest of the artifact it read
     /// (for this guest the code is about 55% of the file).
     #[test]
     fn a_cached_load_keeps_only_code_resident() {
-        let dir = tempfile::tempdir().unwrap();
-        let path: &std::path::Path = wasmformer_tests::guests::COUNTER.as_ref();
-        let wasm = std::fs::read(path).unwrap();
-        let digest = content_digest(&wasm);
+        let (wasm, digest, dir) = counter_and_a_cache();
         let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
         let (component, _) = engine.compile(&wasm, &digest).unwrap();
-        let artifact = engine.cache_dir().unwrap();
-        let artifact = std::fs::read_dir(artifact)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.is_dir())
-            .unwrap()
-            .join(format!("{digest}.cwasm"));
+        let (artifact, _) = engine.cache.as_ref().unwrap().paths(&digest);
         let bytes = std::fs::read(&artifact).unwrap();
         let code = super::super::cache::code_range(&bytes).unwrap();
-        let resident = resident_bytes_of(&artifact);
+        let resident =
+            wasmformer_tests::bench::proc::file_rss(std::process::id(), &artifact).unwrap();
         assert!(
             resident <= code.len() as u64,
             "{resident} bytes of {} resident, more than the code's {}",
@@ -367,6 +339,7 @@ mod tests {
             code.len()
         );
         // The code is still there and runs.
+        let path = std::path::Path::new(wasmformer_tests::guests::COUNTER);
         let plugin = crate::plugin::LoadedPlugin::from_bytes(&engine, "counter", path, &wasm);
         assert!(plugin.is_ok(), "{plugin:?}");
         drop(component);

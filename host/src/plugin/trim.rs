@@ -76,9 +76,9 @@ mod tests {
     use super::*;
 
     fn resident_bytes() -> u64 {
-        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-        pages * 4096
+        crate::metrics::process::ProcessSample::read()
+            .resident_bytes
+            .expect("VmRSS of /proc/self/status")
     }
 
     /// Freed small allocations below a live one stay resident until trimmed (what an unloaded

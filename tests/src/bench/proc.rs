@@ -125,8 +125,19 @@ pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
     Ok(breakdown_of(&smaps))
 }
 
-/// The RSS of the mappings of a `/proc/<pid>/smaps` text by kind.
-fn breakdown_of(smaps: &str) -> Breakdown {
+/// Resident bytes of `pid`'s mappings of the file `path` (each of its mappings, all summed).
+pub fn file_rss(pid: u32, path: &std::path::Path) -> Result<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let path = path.to_string_lossy();
+    Ok(mappings_of(&smaps)
+        .iter()
+        .filter(|m| m.path == path)
+        .map(|m| m.rss)
+        .sum())
+}
+
+/// The mappings of a `/proc/<pid>/smaps` text, in address order.
+fn mappings_of(smaps: &str) -> Vec<Mapping> {
     let mut mappings: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
@@ -151,6 +162,12 @@ fn breakdown_of(smaps: &str) -> Breakdown {
         }
     }
     mappings.sort_by_key(|m| m.start);
+    mappings
+}
+
+/// The RSS of the mappings of a `/proc/<pid>/smaps` text by kind.
+fn breakdown_of(smaps: &str) -> Breakdown {
+    let mappings = mappings_of(smaps);
     // wasmtime's pooling allocator reserves each slot's address space at once; a used memory
     // slot is its accessible pages (anonymous read-write, with the memory image mapped at the
     // start) right below the rest of its reservation (inaccessible, at least 1 GiB). A glibc
