@@ -332,7 +332,7 @@ impl PluginInstance {
                 Some(left) if !left.is_zero() => {
                     Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left)))
                 }
-                _ => Err(wasmtime::Error::new(DeadlineExceeded)),
+                _ => Err(wasmtime::Error::new(DeadlineExceeded::InGuest)),
             }
         });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));

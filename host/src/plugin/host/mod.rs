@@ -31,10 +31,15 @@ pub use writer::WriteAccess;
 use crate::cache::{CachedObject, Gvk};
 use crate::plugin::bindings::wasmformer::plugin::types;
 
-/// A host call was made after the call's deadline had passed.
+/// The call's deadline passed: while the plugin's own code ran (the epoch check), or in a host
+/// call (one made late, or a WASI wait the deadline cut short).
 #[derive(Debug, thiserror::Error)]
-#[error("deadline exceeded during a host call")]
-pub(crate) struct DeadlineExceeded;
+pub(crate) enum DeadlineExceeded {
+    #[error("deadline exceeded")]
+    InGuest,
+    #[error("deadline exceeded during a host call")]
+    InHostCall,
+}
 
 /// The instance tried to grow its memory past the plugin's limit.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +134,7 @@ impl HostState {
     /// Traps if the current call's deadline has passed: host calls count against it too.
     fn check_deadline(&self) -> wasmtime::Result<()> {
         if Instant::now() > self.deadline {
-            Err(wasmtime::Error::new(DeadlineExceeded))
+            Err(wasmtime::Error::new(DeadlineExceeded::InHostCall))
         } else {
             Ok(())
         }

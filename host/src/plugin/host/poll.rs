@@ -28,7 +28,7 @@ impl BoundedPoll<'_> {
         in_tokio(async {
             match tokio::time::timeout_at(deadline.into(), wait).await {
                 Ok(result) => result,
-                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded)),
+                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall)),
             }
         })
     }
