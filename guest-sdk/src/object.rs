@@ -45,13 +45,9 @@ impl From<types::Object> for Object {
 
 impl Object {
     fn packed(meta: String, body: String) -> Self {
-        let mut ends = [meta.len(); FIXED];
-        for (end, (at, _)) in ends.iter_mut().zip(meta.match_indices('\0')) {
-            *end = at;
-        }
         Self {
+            ends: fixed_ends(meta.as_bytes()),
             meta,
-            ends,
             body,
             kind: OnceLock::new(),
             label_starts: OnceLock::new(),
@@ -156,14 +152,7 @@ impl Object {
             };
             let mut starts = Vec::with_capacity(17);
             starts.push(from as u32);
-            // A plain byte loop: fields are short, so restarting a memchr per field costs more.
-            starts.extend(
-                section
-                    .bytes()
-                    .enumerate()
-                    .filter(|(_, b)| *b == 0)
-                    .map(|(at, _)| (from + at + 1) as u32),
-            );
+            starts.extend(nuls(section.as_bytes()).map(|at| (from + at + 1) as u32));
             starts.push(self.meta.len() as u32 + 1);
             starts.into_boxed_slice()
         })
@@ -178,6 +167,47 @@ impl Object {
     pub fn decode<T: DeserializeOwned>(&self) -> crate::Result<T> {
         Ok(serde_json::from_str(&self.body)?)
     }
+}
+
+/// Where each of the [`FIXED`] fields ends in `meta`: the offsets of its first NULs (the length
+/// where there are fewer).
+fn fixed_ends(meta: &[u8]) -> [usize; FIXED] {
+    let mut ends = [meta.len(); FIXED];
+    for (end, at) in ends.iter_mut().zip(nuls(meta)) {
+        *end = at;
+    }
+    ends
+}
+
+/// The offsets of the NUL bytes in `bytes`, in order. This runs on every object a handler or the
+/// lister receives, so it reads eight bytes at a time: a `memchr` per field cost ~170 wasm
+/// instructions, a byte loop ~20 per byte.
+fn nuls(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    const LOW7: u64 = u64::from_ne_bytes([0x7f; 8]);
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    let tail_at = bytes.len() - tail.len();
+    words
+        .enumerate()
+        .flat_map(|(i, word)| {
+            let word = u64::from_le_bytes(word.try_into().expect("chunks of eight"));
+            // The high bit of each byte that is zero, and of no other (exact: no carry crosses
+            // a byte, unlike the shorter `(w - 0x01…) & !w & 0x80…`).
+            let mut zeros = !(((word & LOW7) + LOW7) | word | LOW7);
+            std::iter::from_fn(move || {
+                (zeros != 0).then(|| {
+                    let at = i * 8 + zeros.trailing_zeros() as usize / 8;
+                    zeros &= zeros - 1;
+                    at
+                })
+            })
+        })
+        .chain(
+            tail.iter()
+                .enumerate()
+                .filter(|(_, byte)| **byte == 0)
+                .map(move |(at, _)| tail_at + at),
+        )
 }
 
 impl fmt::Debug for Object {
@@ -232,6 +262,26 @@ impl ExactSizeIterator for Labels<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The word-at-a-time scan finds the NULs a byte loop finds, wherever they fall in a word
+        /// and whatever bytes surround them (0x01 and 0x80 included).
+        #[test]
+        fn nuls_are_found_as_a_byte_loop_finds_them(
+            meta in proptest::collection::vec(
+                prop_oneof![Just(0u8), Just(1u8), Just(0x80u8), Just(0xffu8), any::<u8>()],
+                0..64,
+            )
+        ) {
+            let all: Vec<usize> = (0..meta.len()).filter(|at| meta[*at] == 0).collect();
+            prop_assert_eq!(nuls(&meta).collect::<Vec<_>>(), all.clone());
+            let mut expected = [meta.len(); FIXED];
+            expected.iter_mut().zip(&all).for_each(|(end, at)| *end = *at);
+            prop_assert_eq!(fixed_ends(&meta), expected);
+        }
+    }
 
     fn pod() -> Gvk {
         Gvk {
