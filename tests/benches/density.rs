@@ -40,7 +40,7 @@
 //! `--bystanders`: also every N with one plugin on the Pods and the others on ConfigMaps, for CPU
 //! per Pod update against N = 1). Needs `target/release/wasmformer`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -408,23 +408,31 @@ impl LogTail {
         })
     }
 
-    /// Waits until `plugins` plugins have logged `probe <version>`; when each did, by plugin.
+    /// Waits until each of `plugins` plugins has logged `probe <version>` or failed a call on
+    /// the probe Pod (`probe_ref`, `namespace/name`); when each that logged it did, by plugin,
+    /// and how many failed. One probe update is in flight at a time and a failed event is not
+    /// delivered again, so a failure line for the probe after the tail's start is this
+    /// version's: counting it, instead of waiting for a line that never comes, keeps a trap
+    /// (a deadline overrun under mass re-activation) from aborting the run.
     fn wait_for(
         &mut self,
         version: &str,
+        probe_ref: &str,
         plugins: usize,
         timeout: Duration,
-    ) -> Result<HashMap<String, SystemTime>> {
+    ) -> Result<(HashMap<String, SystemTime>, usize)> {
         let message = format!("probe {version}");
         let deadline = Instant::now() + timeout;
         let mut seen = HashMap::new();
-        while seen.len() < plugins {
+        let mut failed = HashSet::new();
+        while seen.len() + failed.len() < plugins {
             let read = self.file.read_line(&mut self.partial)?;
             if read == 0 || !self.partial.ends_with('\n') {
                 ensure!(
                     Instant::now() < deadline,
-                    "{} of {plugins} plugins logged {message:?} after {timeout:?}",
-                    seen.len()
+                    "{} of {plugins} plugins logged {message:?} and {} failed on it after {timeout:?}",
+                    seen.len(),
+                    failed.len()
                 );
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
@@ -434,6 +442,16 @@ impl LogTail {
                 continue;
             };
             let fields = &entry["fields"];
+            if FAILED_CALL.contains(&fields["message"].as_str().unwrap_or_default())
+                && fields["object.ref"].as_str() == Some(probe_ref)
+            {
+                let Some(plugin) = entry["span"]["plugin.id"].as_str() else {
+                    bail!("a failed call without plugin.id: {line}");
+                };
+                eprintln!("{plugin}: a call on the probe failed: {}", fields["error"]);
+                failed.insert(plugin.to_owned());
+                continue;
+            }
             if fields["message"].as_str() != Some(message.as_str()) {
                 continue;
             }
@@ -445,9 +463,15 @@ impl LogTail {
             let at: jiff::Timestamp = at.parse().with_context(|| format!("timestamp {at:?}"))?;
             seen.insert(plugin.to_owned(), SystemTime::from(at));
         }
-        Ok(seen)
+        Ok((seen, failed.len()))
     }
 }
+
+/// The host's log messages for a handler call that failed (README, "Logs").
+const FAILED_CALL: [&str; 2] = [
+    "plugin trapped; its instance will be recreated",
+    "plugin handler failed",
+];
 
 // ---------------------------------------------------------------------------------------------
 // The bench
@@ -604,7 +628,8 @@ impl Bench {
         self.update(pods.clone())?;
         let marker = self.update(vec![PROBE])?.remove(0);
         let handlers = variants[variant].handlers(plugins);
-        tail.wait_for(&marker, handlers, Duration::from_secs(1800))?;
+        let probe_ref = format!("{}/{}", self.factory.namespace(PROBE), name_of(PROBE));
+        tail.wait_for(&marker, &probe_ref, handlers, Duration::from_secs(1800))?;
         let (cpu_after, took) = (cpu_time(host.pid())?, started.elapsed());
         let after = scrape(&host)?;
         let cpu = CpuPhase {
@@ -631,7 +656,9 @@ impl Bench {
             }
             let sent = SystemTime::now();
             let version = self.update(vec![PROBE])?.remove(0);
-            let seen = tail.wait_for(&version, handlers, Duration::from_secs(300))?;
+            // A failed call is in the report's failed count, not in the latencies.
+            let (seen, _failed) =
+                tail.wait_for(&version, &probe_ref, handlers, Duration::from_secs(300))?;
             let latencies: Vec<Duration> = seen
                 .values()
                 .map(|at| at.duration_since(sent).unwrap_or_default())
@@ -955,7 +982,7 @@ fn print_report(bench: &Bench, variants: &[Variant], hosts: &[HostRow], peers: &
 
     println!("\n### CPU per event and update → handler latency\n");
     println!(
-        "CPU phase: {} Pods get a new label (one update each), then the probe Pod; host CPU is `utime + stime` of `/proc/<pid>/stat` (10 ms ticks) over the phase, from the first patch until every plugin has handled the probe's update, divided by the Pod updates and by the handler calls (`wasmformer_handler_calls_total{{event=\"update\"}}`). Latency: {} updates of the probe Pod, one at a time, from the patch request being sent to each plugin's log line for it (the host's log timestamp, µs), so the API server's write and watch are included; \"last plugin\": until every plugin has handled it; \"watch → handled\": from the moment the bench's own watch of the probe Pod saw the update (the host's part). Handler duration: `wasmformer_handler_duration_seconds` for updates, all plugins, at **bucket resolution** (the upper bound of the bucket holding the quantile; buckets 0.1 ms × 2ᵏ).\n",
+        "CPU phase: {} Pods get a new label (one update each), then the probe Pod; host CPU is `utime + stime` of `/proc/<pid>/stat` (10 ms ticks) over the phase, from the first patch until every plugin has handled the probe's update, divided by the Pod updates and by the handler calls (`wasmformer_handler_calls_total{{event=\"update\"}}`). Latency: {} updates of the probe Pod, one at a time, from the patch request being sent to each plugin's log line for it (the host's log timestamp, µs), so the API server's write and watch are included; \"last plugin\": until every plugin has handled it; \"watch → handled\": from the moment the bench's own watch of the probe Pod saw the update (the host's part); a call that failed (a trap, an error) is in \"calls not ok\", not in the latencies. Handler duration: `wasmformer_handler_duration_seconds` for updates, all plugins, at **bucket resolution** (the upper bound of the bucket holding the quantile; buckets 0.1 ms × 2ᵏ).\n",
         options.updates, options.probes
     );
     println!(
