@@ -56,6 +56,8 @@ struct Bench {
     results: BTreeMap<&'static str, (String, Stats)>,
     /// Pairs of operations timed in alternating batches ([`measure_pair`]).
     pairs: BTreeMap<&'static str, (String, Pair)>,
+    /// Page faults per operation, where a benchmark counts them.
+    page_faults: BTreeMap<&'static str, f64>,
 }
 
 impl Bench {
@@ -69,6 +71,7 @@ impl Bench {
             filters,
             results: BTreeMap::new(),
             pairs: BTreeMap::new(),
+            page_faults: BTreeMap::new(),
         }
     }
 
@@ -734,6 +737,8 @@ fn lifecycle_benches(
         &format!("grow-{}", 1 << 20),
         1,
     ));
+    // Page faults taken in the timed part of 9b: (faults, events).
+    let faults = std::cell::Cell::new((0, 0));
     let reactivated = |plugin: &LoadedPlugin, state: bool| {
         let mut instance = start(plugin, Grants::none(), json!({}));
         if state {
@@ -743,9 +748,11 @@ fn lifecycle_benches(
             let mut took = std::time::Duration::ZERO;
             for _ in 0..iters {
                 instance.unload().expect("unload");
-                let started = Instant::now();
+                let (started, faults_before) = (Instant::now(), page_faults());
                 handle(&mut instance, event);
                 took += started.elapsed();
+                let (taken, events) = faults.get();
+                faults.set((taken + page_faults() - faults_before, events + 1));
             }
             took
         })
@@ -758,8 +765,16 @@ fn lifecycle_benches(
     bench.run(
         "9b-reactivate-1mib",
         "event to an unloaded plugin with 1 MiB of state",
-        || reactivated(&counter, true),
+        || {
+            faults.set((0, 0));
+            reactivated(&counter, true)
+        },
     );
+    if let (taken, events @ 1..) = faults.get() {
+        bench
+            .page_faults
+            .insert("9b-reactivate-1mib", taken as f64 / events as f64);
+    }
     bench.run(
         "9d-code-reload",
         "compiled code released by an unload, mapped again from the compile cache (part of 9a and 9b)",
@@ -795,6 +810,91 @@ fn lifecycle_benches(
             })
         },
     );
+    bench.run(
+        "9e-fresh-pages-2mib",
+        "2 MiB of fresh memory written a page at a time: the floor of 9b on this machine, whose guest writes 1 MiB of state bytes and a 1 MiB string parsed from them into memory given back at the unload",
+        || {
+            let pages = FreshPages::new(2 << 20);
+            measure_batches(|iters| {
+                let mut took = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    pages.give_back();
+                    let started = Instant::now();
+                    pages.touch();
+                    took += started.elapsed();
+                }
+                took
+            })
+        },
+    );
+}
+
+/// Page faults this process has taken so far (minor and major: `getrusage`).
+fn page_faults() -> u64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(
+            libc::getrusage(libc::RUSAGE_SELF, &mut usage),
+            0,
+            "getrusage"
+        );
+        usage
+    };
+    (usage.ru_minflt + usage.ru_majflt) as u64
+}
+
+/// Anonymous memory given back to the kernel and written again, as a pool slot's linear memory
+/// is after an unload: each first write to a page takes a fault and a fresh zeroed page.
+struct FreshPages {
+    base: *mut u8,
+    len: usize,
+}
+
+impl FreshPages {
+    fn new(len: usize) -> Self {
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "mmap {len} bytes");
+        // Base pages, as the guest's memory gets them (a huge page would take one fault for all).
+        // SAFETY: the range is the mapping made above.
+        unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) };
+        Self {
+            base: base.cast(),
+            len,
+        }
+    }
+
+    /// Writes one byte of every page.
+    fn touch(&self) {
+        for offset in (0..self.len).step_by(4096) {
+            // SAFETY: in bounds of the mapping, which lives as long as `self`.
+            unsafe { self.base.add(offset).write_volatile(1) };
+        }
+    }
+
+    /// Gives every page back (`MADV_DONTNEED`): the next write to each faults again.
+    fn give_back(&self) {
+        // SAFETY: the range is this mapping.
+        let done = unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_DONTNEED) };
+        assert_eq!(done, 0, "madvise(MADV_DONTNEED)");
+    }
+}
+
+impl Drop for FreshPages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
 }
 
 /// `VmRSS` of this process, in KiB.

@@ -142,6 +142,19 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64, f64)>, res
             .zip(m("7f-hash-decode-wasm"))
             .map(|((a, b), c)| us(a - b - c)),
     );
+    push(
+        "page faults per event to an unloaded plugin with 1 MiB of state (9b; 9e takes 512)",
+        bench
+            .page_faults
+            .get("9b-reactivate-1mib")
+            .map(|faults| format!("{faults:.0}")),
+    );
+    push(
+        "event to an unloaded plugin with 1 MiB of state, beyond its fresh-page floor (9b − 9e)",
+        m("9b-reactivate-1mib")
+            .zip(m("9e-fresh-pages-2mib"))
+            .map(|(a, b)| us(a - b)),
+    );
     if let Some((idle, touched, unloaded)) = rss {
         push(
             &format!("RSS per live instance, idle after `start` ({RSS_INSTANCES} instances)"),
