@@ -410,10 +410,11 @@ impl LogTail {
 
     /// Waits until each of `plugins` plugins has logged `probe <version>` or failed a call on
     /// the probe Pod (`probe_ref`, `namespace/name`); when each that logged it did, by plugin
-    /// (a failed call is in the report's "calls not ok", not here). One probe update is in flight at a time and a failed event is not
-    /// delivered again, so a failure line for the probe after the tail's start is this
-    /// version's: counting it, instead of waiting for a line that never comes, keeps a trap
-    /// (a deadline overrun under mass re-activation) from aborting the run.
+    /// (a failed call is in the report's "calls not ok", not here). One probe update is in
+    /// flight at a time and a failed event is not delivered again, so a failure line for the
+    /// probe after the tail's start is this version's: counting it, instead of waiting for a
+    /// line that never comes, keeps a trap (a deadline overrun under mass re-activation) from
+    /// aborting the run.
     fn wait_for(
         &mut self,
         version: &str,

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use wasmformer_tests::guests;
 
 use super::table::{Table, ns};
-use super::{Bench, FAILURES, Objects, RSS_INSTANCES, STORE_PODS};
+use super::{Bench, FAILURES, FRESH_PAGES, Objects, RSS_INSTANCES, STORE_PODS};
 
 fn us(value_ns: f64) -> String {
     format!("{:.2} µs", value_ns / 1000.0)
@@ -143,7 +143,9 @@ pub fn print(bench: &Bench, objects: &Objects, rss: Option<(f64, f64, f64)>, res
             .map(|((a, b), c)| us(a - b - c)),
     );
     push(
-        "page faults per event to an unloaded plugin with 1 MiB of state (9b; 9e takes 512)",
+        &format!(
+            "page faults per event to an unloaded plugin with 1 MiB of state (9b; 9e takes {FRESH_PAGES})"
+        ),
         bench
             .page_faults
             .get("9b-reactivate-1mib")
