@@ -323,8 +323,12 @@ fn main() {
         guests::BENCH_LISTER,
     ]
     .map(|w| load(&engine, w));
+    // Counted as `wasmformer run` counts a plugin's lister calls.
+    let metrics = wasmformer::metrics::Metrics::new();
     let mut pods_granted = Grants::none();
-    pods_granted.grant(objects.pods.clone());
+    pods_granted
+        .grant(objects.pods.clone())
+        .count_calls(metrics.plugin("bench-lister").lister_calls());
 
     // Before anything else allocates and frees much: RSS per live instance.
     let rss = (bench.filters.is_empty()).then(|| rss_per_instance(&empty, &objects.realistic));
