@@ -300,14 +300,15 @@ pub struct ListerCalls {
 }
 
 impl ListerCalls {
-    /// One call for `kind` that ended in `result` (ok, not-found, forbidden, invalid-selector,
-    /// unknown-index).
-    pub fn count(&self, kind: &str, result: &str) {
+    /// The counter of calls for `kind` that ended in `result` (ok, not-found, forbidden,
+    /// invalid-selector, unknown-index), created with its series; a clone counts into the same
+    /// series, so a caller may keep it rather than look it up per call.
+    pub fn counter(&self, kind: &str, result: &str) -> Counter {
         let labels = ListerLabels {
             plugin: self.plugin.clone(),
             kind: kind.to_owned(),
             result: result.to_owned(),
         };
-        self.families.lister.get_or_create(&labels).inc();
+        self.families.lister.get_or_create(&labels).clone()
     }
 }

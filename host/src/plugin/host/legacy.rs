@@ -3,6 +3,7 @@
 
 use super::HostState;
 use super::SharedObject;
+use super::lister::KindRef;
 use crate::plugin::bindings::wasmformer::plugin::{lister, log, types};
 use crate::plugin::bindings_v02::wasmformer::plugin::{
     lister as old_lister, log as old_log, types as old_types,
@@ -35,7 +36,7 @@ impl old_lister::Host for HostState {
         name: String,
     ) -> wasmtime::Result<Result<old_types::Object, old_lister::Error>> {
         Ok(self
-            .lister_get(gvk(kind), namespace, name)?
+            .lister_get(KindRef::of(&gvk(kind)), &namespace, &name)?
             .map(SharedObject::into_v02)
             .map_err(error))
     }
@@ -46,7 +47,11 @@ impl old_lister::Host for HostState {
         namespace: Option<String>,
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
-        let found = self.lister_list(gvk(kind), namespace, label_selector)?;
+        let found = self.lister_list(
+            KindRef::of(&gvk(kind)),
+            namespace.as_deref(),
+            &label_selector,
+        )?;
         Ok(found
             .map(|objects| objects.into_iter().map(SharedObject::into_v02).collect())
             .map_err(error))
@@ -58,7 +63,7 @@ impl old_lister::Host for HostState {
         index: String,
         value: String,
     ) -> wasmtime::Result<Result<Vec<old_types::Object>, old_lister::Error>> {
-        let found = self.lister_by_index(gvk(kind), index, value)?;
+        let found = self.lister_by_index(KindRef::of(&gvk(kind)), &index, &value)?;
         Ok(found
             .map(|objects| objects.into_iter().map(SharedObject::into_v02).collect())
             .map_err(error))

@@ -6,11 +6,13 @@
 //! just given, whichever subscription delivered it. An object held by more than one store is
 //! answered once, in its newest state (highest resourceVersion).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::metrics::counter::Counter;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::Linker;
+use wasmtime::component::{ComponentType, Lift, Linker, WasmStr};
 
 use super::{HostState, SharedObject};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
@@ -21,11 +23,78 @@ use crate::plugin::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// The stores one plugin may read, by kind: one per subscription or read grant of that kind (a
 /// kind it handles is granted too); and what it may write.
+///
+/// A lister call finds its kind by comparing names (a plugin is granted a few kinds, so a scan
+/// costs less than hashing three strings) and counts itself with a counter kept per kind and
+/// result, so a call allocates nothing on the host before its answer (issue 17, item 9).
 #[derive(Debug, Default, Clone)]
 pub struct Grants {
-    stores: HashMap<Gvk, Vec<Arc<dyn StoreSource>>>,
+    kinds: Vec<GrantedKind>,
     writes: Option<Arc<super::WriteAccess>>,
     calls: Option<ListerCalls>,
+}
+
+/// One granted kind: its stores, and its counters of `wasmformer_lister_calls_total`, made at its
+/// first call with each result (a series exists once a call had that result, as before).
+#[derive(Debug, Clone)]
+struct GrantedKind {
+    gvk: Gvk,
+    sources: Vec<Arc<dyn StoreSource>>,
+    counters: [OnceLock<Counter>; OUTCOMES.len()],
+}
+
+/// The `result` label of `wasmformer_lister_calls_total`, by [`outcome`].
+const OUTCOMES: [&str; 5] = [
+    "ok",
+    "not-found",
+    "forbidden",
+    "invalid-selector",
+    "unknown-index",
+];
+
+/// The index in [`OUTCOMES`] of a call's result.
+fn outcome<T>(result: &Result<T, Error>) -> usize {
+    match result {
+        Ok(_) => 0,
+        Err(Error::NotFound) => 1,
+        Err(Error::Forbidden(_)) => 2,
+        Err(Error::InvalidSelector(_)) => 3,
+        Err(Error::UnknownIndex(_)) => 4,
+    }
+}
+
+/// A kind as a lister call names it, read in place (in the plugin's memory, for the current
+/// contract).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KindRef<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
+}
+
+impl<'a> KindRef<'a> {
+    pub(crate) fn of(gvk: &'a types::Gvk) -> Self {
+        Self {
+            group: &gvk.group,
+            version: &gvk.version,
+            kind: &gvk.kind,
+        }
+    }
+}
+
+impl GrantedKind {
+    fn is(&self, kind: KindRef<'_>) -> bool {
+        self.gvk.kind == kind.kind
+            && self.gvk.group == kind.group
+            && self.gvk.version == kind.version
+    }
+
+    /// The current stores: reads of the kind see their union.
+    fn granted(&self) -> Granted {
+        Granted {
+            stores: self.sources.iter().map(|source| source.current()).collect(),
+        }
+    }
 }
 
 impl Grants {
@@ -42,15 +111,28 @@ impl Grants {
     /// Grants read access to `gvk` through `source` (an informer's lister), besides the sources
     /// already granted for that kind.
     pub fn grant_source(&mut self, gvk: Gvk, source: Arc<dyn StoreSource>) -> &mut Self {
-        self.stores.entry(gvk).or_default().push(source);
+        match self.kinds.iter_mut().find(|granted| granted.gvk == gvk) {
+            Some(granted) => granted.sources.push(source),
+            None => self.kinds.push(GrantedKind {
+                gvk,
+                sources: vec![source],
+                counters: Default::default(),
+            }),
+        }
         self
     }
 
     /// The current stores for `gvk`, if granted: reads of the kind see their union.
     pub fn stores(&self, gvk: &Gvk) -> Option<Granted> {
-        self.stores.get(gvk).map(|sources| Granted {
-            stores: sources.iter().map(|source| source.current()).collect(),
-        })
+        self.kinds
+            .iter()
+            .find(|granted| granted.gvk == *gvk)
+            .map(GrantedKind::granted)
+    }
+
+    /// The granted kind `kind`, if it is.
+    fn find(&self, kind: KindRef<'_>) -> Option<&GrantedKind> {
+        self.kinds.iter().find(|granted| granted.is(kind))
     }
 
     /// Grants the writes `access` allows (without it, every write answers `forbidden`).
@@ -70,23 +152,31 @@ impl Grants {
         self
     }
 
-    fn counted<T>(&self, kind: &Gvk, result: Result<T, Error>) -> Result<T, Error> {
-        if let Some(calls) = &self.calls {
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(Error::NotFound) => "not-found",
-                Err(Error::Forbidden(_)) => "forbidden",
-                Err(Error::InvalidSelector(_)) => "invalid-selector",
-                Err(Error::UnknownIndex(_)) => "unknown-index",
-            };
-            calls.count(&kind.to_string(), outcome);
-        }
+    /// Counts a call for `kind` (`granted`, if it is) that ended in `result`.
+    fn counted<T>(
+        &self,
+        kind: KindRef<'_>,
+        granted: Option<&GrantedKind>,
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
+        let Some(calls) = &self.calls else {
+            return result;
+        };
+        let outcome = outcome(&result);
+        match granted {
+            Some(granted) => granted.counters[outcome]
+                .get_or_init(|| calls.counter(&granted.gvk.to_string(), OUTCOMES[outcome]))
+                .inc(),
+            None => calls
+                .counter(&host_gvk(kind).to_string(), OUTCOMES[outcome])
+                .inc(),
+        };
         result
     }
 
     /// The granted kinds.
     pub fn kinds(&self) -> impl Iterator<Item = &Gvk> {
-        self.stores.keys()
+        self.kinds.iter().map(|granted| &granted.gvk)
     }
 }
 
@@ -173,28 +263,25 @@ impl Granted {
     }
 }
 
-fn host_gvk(kind: types::Gvk) -> Gvk {
+fn host_gvk(kind: KindRef<'_>) -> Gvk {
     Gvk {
-        group: kind.group,
-        version: kind.version,
-        kind: kind.kind,
+        group: kind.group.to_owned(),
+        version: kind.version.to_owned(),
+        kind: kind.kind.to_owned(),
     }
 }
 
 impl HostState {
-    /// The granted stores for `kind`, or the `forbidden` answer (logged: who asked for what).
-    fn granted(&self, kind: types::Gvk, call: &str) -> Result<Granted, Error> {
-        let gvk = host_gvk(kind);
-        match self.grants.stores(&gvk) {
-            Some(granted) => Ok(granted),
-            None => {
-                tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
-                Err(Error::Forbidden(format!(
-                    "plugin {} is not granted {gvk}; add it to the plugin's `read` list",
-                    self.plugin
-                )))
-            }
-        }
+    /// The granted kind `kind`, or the `forbidden` answer (logged: who asked for what).
+    fn granted(&self, kind: KindRef<'_>, call: &str) -> Result<&GrantedKind, Error> {
+        self.grants.find(kind).ok_or_else(|| {
+            let gvk = host_gvk(kind);
+            tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
+            Error::Forbidden(format!(
+                "plugin {} is not granted {gvk}; add it to the plugin's `read` list",
+                self.plugin
+            ))
+        })
     }
 }
 
@@ -204,63 +291,68 @@ type Answer<T> = wasmtime::Result<Result<T, Error>>;
 impl HostState {
     /// `lister.get`.
     pub(crate) fn lister_get(
-        &mut self,
-        kind: types::Gvk,
-        namespace: String,
-        name: String,
+        &self,
+        kind: KindRef<'_>,
+        namespace: &str,
+        name: &str,
     ) -> Answer<SharedObject> {
         self.check_deadline()?;
-        let gvk = host_gvk(kind.clone());
-        let result = self.granted(kind, "get").and_then(|granted| {
+        let granted = self.granted(kind, "get");
+        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
             granted
-                .get(&namespace, &name)
-                .map(|obj| SharedObject::new(granted.gvk(), &obj))
+                .sources
+                .iter()
+                .filter_map(|source| source.current().get(namespace, name))
+                .reduce(|a, b| if newer(&b, &a) { b } else { a })
+                .map(|obj| SharedObject::new(&granted.gvk, &obj))
                 .ok_or(Error::NotFound)
         });
-        Ok(self.grants.counted(&gvk, result))
+        Ok(self.grants.counted(kind, granted.ok(), result))
     }
 
     /// `lister.list`.
     pub(crate) fn lister_list(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        label_selector: String,
+        &self,
+        kind: KindRef<'_>,
+        namespace: Option<&str>,
+        label_selector: &str,
     ) -> Answer<Vec<SharedObject>> {
         self.check_deadline()?;
-        let gvk = host_gvk(kind.clone());
-        let result = self.granted(kind, "list").and_then(|granted| {
+        let granted = self.granted(kind, "list");
+        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
             let selector: LabelSelector = label_selector
                 .parse()
                 .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
             Ok(granted
-                .list(namespace.as_deref(), &selector)
+                .granted()
+                .list(namespace, &selector)
                 .iter()
-                .map(|o| SharedObject::new(granted.gvk(), o))
+                .map(|o| SharedObject::new(&granted.gvk, o))
                 .collect())
         });
-        Ok(self.grants.counted(&gvk, result))
+        Ok(self.grants.counted(kind, granted.ok(), result))
     }
 
     /// `lister.by-index`.
     pub(crate) fn lister_by_index(
-        &mut self,
-        kind: types::Gvk,
-        index: String,
-        value: String,
+        &self,
+        kind: KindRef<'_>,
+        index: &str,
+        value: &str,
     ) -> Answer<Vec<SharedObject>> {
         self.check_deadline()?;
-        let gvk = host_gvk(kind.clone());
-        let result = self.granted(kind, "by-index").and_then(|granted| {
+        let granted = self.granted(kind, "by-index");
+        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
             let objects = granted
-                .by_index(&index, &value)
+                .granted()
+                .by_index(index, value)
                 .map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects
                 .iter()
-                .map(|o| SharedObject::new(granted.gvk(), o))
+                .map(|o| SharedObject::new(&granted.gvk, o))
                 .collect())
         });
-        Ok(self.grants.counted(&gvk, result))
+        Ok(self.grants.counted(kind, granted.ok(), result))
     }
 }
 
@@ -270,26 +362,76 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     let mut lister = linker.instance(&format!("{CONTRACT_PACKAGE}/lister@{CONTRACT_VERSION}"))?;
     lister.func_wrap(
         "get",
-        |mut store: StoreContextMut<'_, HostState>,
-         (kind, namespace, name): (types::Gvk, String, String)| {
-            Ok((store.data_mut().lister_get(kind, namespace, name)?,))
+        |store: StoreContextMut<'_, HostState>,
+         (kind, namespace, name): (WireGvk, WasmStr, WasmStr)| {
+            let (group, version, kind) = kind.read(&store)?;
+            let kind = KindRef {
+                group: &group,
+                version: &version,
+                kind: &kind,
+            };
+            let (namespace, name) = (namespace.to_str(&store)?, name.to_str(&store)?);
+            Ok((store.data().lister_get(kind, &namespace, &name)?,))
         },
     )?;
     lister.func_wrap(
         "list",
-        |mut store: StoreContextMut<'_, HostState>,
-         (kind, namespace, selector): (types::Gvk, Option<String>, String)| {
-            Ok((store.data_mut().lister_list(kind, namespace, selector)?,))
+        |store: StoreContextMut<'_, HostState>,
+         (kind, namespace, selector): (WireGvk, Option<WasmStr>, WasmStr)| {
+            let (group, version, kind) = kind.read(&store)?;
+            let kind = KindRef {
+                group: &group,
+                version: &version,
+                kind: &kind,
+            };
+            let namespace = namespace.map(|ns| ns.to_str(&store)).transpose()?;
+            let selector = selector.to_str(&store)?;
+            Ok((store
+                .data()
+                .lister_list(kind, namespace.as_deref(), &selector)?,))
         },
     )?;
     lister.func_wrap(
         "by-index",
-        |mut store: StoreContextMut<'_, HostState>,
-         (kind, index, value): (types::Gvk, String, String)| {
-            Ok((store.data_mut().lister_by_index(kind, index, value)?,))
+        |store: StoreContextMut<'_, HostState>,
+         (kind, index, value): (WireGvk, WasmStr, WasmStr)| {
+            let (group, version, kind) = kind.read(&store)?;
+            let kind = KindRef {
+                group: &group,
+                version: &version,
+                kind: &kind,
+            };
+            let (index, value) = (index.to_str(&store)?, value.to_str(&store)?);
+            Ok((store.data().lister_by_index(kind, &index, &value)?,))
         },
     )?;
     Ok(())
+}
+
+/// The contract's `gvk` record as a lister call's argument: its strings stay in the plugin's
+/// memory and are read in place rather than copied into host `String`s (issue 17, item 9).
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct WireGvk {
+    group: WasmStr,
+    version: WasmStr,
+    kind: WasmStr,
+}
+
+/// One of a plugin's strings, read in place.
+type Read<'a> = std::borrow::Cow<'a, str>;
+
+impl WireGvk {
+    fn read<'a>(
+        &self,
+        store: &'a StoreContextMut<'_, HostState>,
+    ) -> wasmtime::Result<(Read<'a>, Read<'a>, Read<'a>)> {
+        Ok((
+            self.group.to_str(store)?,
+            self.version.to_str(store)?,
+            self.kind.to_str(store)?,
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -373,6 +515,57 @@ mod tests {
             Grants::none()
                 .stores(&Gvk::from_api_version("v1", "Pod"))
                 .is_none()
+        );
+    }
+
+    /// A call counts into its kind's and result's series, a repeated result into the same one,
+    /// and a kind not granted under its own name (the counters kept per granted kind must not
+    /// mix kinds or results up).
+    #[test]
+    fn calls_are_counted_by_kind_and_result() {
+        let metrics = crate::metrics::Metrics::new();
+        let mut grants = Grants::none();
+        grants
+            .grant(store(&[pod("a", "x", 5, "n1")]))
+            .count_calls(metrics.plugin("p").lister_calls());
+        let wire = |group: &str, version: &str, kind: &str| types::Gvk {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        };
+        let pods = wire("", "v1", "Pod");
+        let deployments = wire("apps", "v1", "Deployment");
+        let (pods, deployments) = (KindRef::of(&pods), KindRef::of(&deployments));
+        let granted = grants.find(pods);
+        assert!(granted.is_some(), "Pods are granted");
+        assert!(grants.find(deployments).is_none());
+        assert!(
+            grants.find(KindRef::of(&wire("", "v2", "Pod"))).is_none(),
+            "the version counts"
+        );
+        for _ in 0..3 {
+            let _ = grants.counted(pods, granted, Ok(()));
+        }
+        let _ = grants.counted(pods, granted, Err::<(), _>(Error::NotFound));
+        let _ = grants.counted(
+            deployments,
+            None,
+            Err::<(), _>(Error::Forbidden("no".into())),
+        );
+        let text = metrics.encode(crate::metrics::Format::Text);
+        for line in [
+            r#"wasmformer_lister_calls_total{plugin="p",kind="v1 Pod",result="ok"} 3"#,
+            r#"wasmformer_lister_calls_total{plugin="p",kind="v1 Pod",result="not-found"} 1"#,
+            r#"wasmformer_lister_calls_total{plugin="p",kind="apps/v1 Deployment",result="forbidden"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("wasmformer_lister_calls_total{"))
+                .count(),
+            3,
+            "{text}"
         );
     }
 }
