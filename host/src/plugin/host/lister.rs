@@ -6,6 +6,7 @@
 //! just given, whichever subscription delivered it. An object held by more than one store is
 //! answered once, in its newest state (highest resourceVersion).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -364,45 +365,32 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         "get",
         |store: StoreContextMut<'_, HostState>,
          (kind, namespace, name): (WireGvk, WasmStr, WasmStr)| {
-            let (group, version, kind) = kind.read(&store)?;
-            let kind = KindRef {
-                group: &group,
-                version: &version,
-                kind: &kind,
-            };
+            let kind = kind.read(&store)?;
             let (namespace, name) = (namespace.to_str(&store)?, name.to_str(&store)?);
-            Ok((store.data().lister_get(kind, &namespace, &name)?,))
+            Ok((store.data().lister_get(kind.as_kind(), &namespace, &name)?,))
         },
     )?;
     lister.func_wrap(
         "list",
         |store: StoreContextMut<'_, HostState>,
          (kind, namespace, selector): (WireGvk, Option<WasmStr>, WasmStr)| {
-            let (group, version, kind) = kind.read(&store)?;
-            let kind = KindRef {
-                group: &group,
-                version: &version,
-                kind: &kind,
-            };
+            let kind = kind.read(&store)?;
             let namespace = namespace.map(|ns| ns.to_str(&store)).transpose()?;
             let selector = selector.to_str(&store)?;
             Ok((store
                 .data()
-                .lister_list(kind, namespace.as_deref(), &selector)?,))
+                .lister_list(kind.as_kind(), namespace.as_deref(), &selector)?,))
         },
     )?;
     lister.func_wrap(
         "by-index",
         |store: StoreContextMut<'_, HostState>,
          (kind, index, value): (WireGvk, WasmStr, WasmStr)| {
-            let (group, version, kind) = kind.read(&store)?;
-            let kind = KindRef {
-                group: &group,
-                version: &version,
-                kind: &kind,
-            };
+            let kind = kind.read(&store)?;
             let (index, value) = (index.to_str(&store)?, value.to_str(&store)?);
-            Ok((store.data().lister_by_index(kind, &index, &value)?,))
+            Ok((store
+                .data()
+                .lister_by_index(kind.as_kind(), &index, &value)?,))
         },
     )?;
     Ok(())
@@ -418,19 +406,27 @@ struct WireGvk {
     kind: WasmStr,
 }
 
-/// One of a plugin's strings, read in place.
-type Read<'a> = std::borrow::Cow<'a, str>;
+/// A [`WireGvk`]'s strings, read in place.
+struct ReadGvk<'a>([Cow<'a, str>; 3]);
+
+impl ReadGvk<'_> {
+    fn as_kind(&self) -> KindRef<'_> {
+        let [group, version, kind] = &self.0;
+        KindRef {
+            group,
+            version,
+            kind,
+        }
+    }
+}
 
 impl WireGvk {
-    fn read<'a>(
-        &self,
-        store: &'a StoreContextMut<'_, HostState>,
-    ) -> wasmtime::Result<(Read<'a>, Read<'a>, Read<'a>)> {
-        Ok((
+    fn read<'a>(&self, store: &'a StoreContextMut<'_, HostState>) -> wasmtime::Result<ReadGvk<'a>> {
+        Ok(ReadGvk([
             self.group.to_str(store)?,
             self.version.to_str(store)?,
             self.kind.to_str(store)?,
-        ))
+        ]))
     }
 }
 
