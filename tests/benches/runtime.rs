@@ -421,6 +421,22 @@ fn main() {
         || measure(|| drop(black_box(guest_object(&gvk, black_box(&objects.realistic))))),
     );
 
+    let plugin_metrics = metrics.plugin("bench-metrics");
+    plugin_metrics.running("0123456789abcdef", "0.3.2");
+    bench.run(
+        "1m-handler-metrics",
+        "count and time one handler call in its plugin's metrics, as the worker does per event",
+        || {
+            measure(|| {
+                plugin_metrics.handler_call(
+                    black_box("update"),
+                    wasmformer::metrics::CallResult::Ok,
+                    black_box(std::time::Duration::from_micros(3)),
+                )
+            })
+        },
+    );
+
     bench.run(
         "5a-lister-get",
         "event + one `lister.get` of the realistic Pod",
