@@ -105,7 +105,21 @@ pub(super) struct Families {
 }
 
 /// A plugin's running (short version, contract), shared by its metrics handles.
-type RunningVersion = Arc<Mutex<(String, String)>>;
+type RunningVersion = Arc<Mutex<Running>>;
+
+/// What every handle of one plugin shares: the version it runs, and the series its handler calls
+/// count into, kept so that a call finds them without building label sets.
+#[derive(Debug, Default)]
+struct Running {
+    /// The running version's short digest.
+    version: String,
+    contract: String,
+    /// `wasmformer_handler_calls_total` of `version`, by event and result; emptied when the
+    /// version changes.
+    calls: Vec<(String, CallResult, Counter)>,
+    /// `wasmformer_handler_duration_seconds`, by event.
+    durations: Vec<(String, Histogram)>,
+}
 
 impl Families {
     pub(super) fn register(registry: &mut Registry) -> Self {
@@ -197,45 +211,61 @@ impl PluginMetrics {
 
     /// The plugin now runs `digest` built for `contract`: `wasmformer_plugin_info` moves to it.
     pub fn running(&self, digest: &str, contract: &str) {
-        let mut version = self.version.lock().expect("plugin metrics lock poisoned");
+        let mut running = self.version.lock().expect("plugin metrics lock poisoned");
         let previous = InfoLabels {
             plugin: self.name.clone(),
-            version: version.0.clone(),
-            contract: version.1.clone(),
+            version: running.version.clone(),
+            contract: running.contract.clone(),
         };
         self.families.info.remove(&previous);
-        *version = (Self::short(digest), contract.to_owned());
+        running.version = Self::short(digest);
+        running.contract = contract.to_owned();
+        running.calls.clear();
         let current = InfoLabels {
             plugin: self.name.clone(),
-            version: version.0.clone(),
-            contract: version.1.clone(),
+            version: running.version.clone(),
+            contract: running.contract.clone(),
         };
         self.families.info.get_or_create(&current).set(1);
     }
 
-    /// Counts and times one handler call (`event`: add, update, delete).
+    /// Counts and times one handler call (`event`: add, update, delete, reconcile). The series
+    /// are looked up (and created) once per version, event and result, then kept.
     pub fn handler_call(&self, event: &str, result: CallResult, elapsed: Duration) {
-        let version = self
-            .version
-            .lock()
-            .expect("plugin metrics lock poisoned")
-            .0
-            .clone();
-        let labels = CallLabels {
-            plugin: self.name.clone(),
-            version,
-            event: event.to_owned(),
-            result: result.as_str().to_owned(),
-        };
-        self.families.calls.get_or_create(&labels).inc();
-        let labels = DurationLabels {
-            plugin: self.name.clone(),
-            event: event.to_owned(),
-        };
-        self.families
-            .duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        let mut running = self.version.lock().expect("plugin metrics lock poisoned");
+        let running = &mut *running;
+        match running
+            .calls
+            .iter()
+            .find(|(e, r, _)| e == event && *r == result)
+        {
+            Some((_, _, counter)) => {
+                counter.inc();
+            }
+            None => {
+                let labels = CallLabels {
+                    plugin: self.name.clone(),
+                    version: running.version.clone(),
+                    event: event.to_owned(),
+                    result: result.as_str().to_owned(),
+                };
+                let counter = self.families.calls.get_or_create(&labels).clone();
+                counter.inc();
+                running.calls.push((event.to_owned(), result, counter));
+            }
+        }
+        match running.durations.iter().find(|(e, _)| e == event) {
+            Some((_, histogram)) => histogram.observe(elapsed.as_secs_f64()),
+            None => {
+                let labels = DurationLabels {
+                    plugin: self.name.clone(),
+                    event: event.to_owned(),
+                };
+                let histogram = self.families.duration.get_or_create(&labels).clone();
+                histogram.observe(elapsed.as_secs_f64());
+                running.durations.push((event.to_owned(), histogram));
+            }
+        }
     }
 
     /// Counts a swap: `ok` when a new version was swapped in, else it failed.

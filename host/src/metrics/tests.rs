@@ -75,3 +75,29 @@ fn work_in_progress_shows_as_unfinished_until_it_ends() {
         "{after}"
     );
 }
+
+/// A handler call's series are kept after the first call, per version: a version change made
+/// through any handle of the plugin (a hot swap's) sends later calls to the new version's series.
+#[test]
+fn kept_call_series_follow_the_running_version() {
+    let ms = std::time::Duration::from_millis;
+    let metrics = Metrics::new();
+    let plugin = metrics.plugin("rec");
+    let swap = metrics.plugin("rec");
+    plugin.running("0123456789abcdef", "0.3.0");
+    plugin.handler_call("add", CallResult::Ok, ms(1));
+    plugin.handler_call("add", CallResult::Ok, ms(1));
+    swap.running("fedcba9876543210", "0.3.0");
+    plugin.handler_call("add", CallResult::Ok, ms(1));
+    plugin.handler_call("update", CallResult::Error, ms(1));
+    let text = metrics.encode(Format::Text);
+    for line in [
+        r#"wasmformer_handler_calls_total{plugin="rec",version="0123456789ab",event="add",result="ok"} 2"#,
+        r#"wasmformer_handler_calls_total{plugin="rec",version="fedcba987654",event="add",result="ok"} 1"#,
+        r#"wasmformer_handler_calls_total{plugin="rec",version="fedcba987654",event="update",result="error"} 1"#,
+        r#"wasmformer_handler_duration_seconds_count{plugin="rec",event="add"} 3"#,
+        r#"wasmformer_handler_duration_seconds_count{plugin="rec",event="update"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+}
