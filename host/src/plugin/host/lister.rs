@@ -90,6 +90,16 @@ impl GrantedKind {
             && self.gvk.version == kind.version
     }
 
+    /// The object at `namespace`/`name` in any of the current stores, without collecting them
+    /// (what [`Granted::get`] answers).
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
+        newest(
+            self.sources
+                .iter()
+                .filter_map(|source| source.current().get(namespace, name)),
+        )
+    }
+
     /// The current stores: reads of the kind see their union.
     fn granted(&self) -> Granted {
         Granted {
@@ -199,6 +209,11 @@ fn newer(a: &CachedObject, b: &CachedObject) -> bool {
     }
 }
 
+/// The newest of several states of one object (the first seen among equals).
+fn newest(states: impl Iterator<Item = Arc<CachedObject>>) -> Option<Arc<CachedObject>> {
+    states.reduce(|a, b| if newer(&b, &a) { b } else { a })
+}
+
 /// One answer per object, the newest, ordered by key.
 fn union(lists: impl IntoIterator<Item = Vec<Arc<CachedObject>>>) -> Vec<Arc<CachedObject>> {
     let mut lists = lists.into_iter();
@@ -227,10 +242,11 @@ impl Granted {
 
     /// The object at `namespace`/`name` in any of the stores (the newest if several hold it).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
-        self.stores
-            .iter()
-            .filter_map(|store| store.get(namespace, name))
-            .reduce(|a, b| if newer(&b, &a) { b } else { a })
+        newest(
+            self.stores
+                .iter()
+                .filter_map(|store| store.get(namespace, name)),
+        )
     }
 
     /// Objects in `namespace` (`None`: all) matching `selector` in any of the stores, each once,
@@ -272,24 +288,34 @@ fn host_gvk(kind: KindRef<'_>) -> Gvk {
     }
 }
 
-impl HostState {
-    /// The granted kind `kind`, or the `forbidden` answer (logged: who asked for what).
-    fn granted(&self, kind: KindRef<'_>, call: &str) -> Result<&GrantedKind, Error> {
-        self.grants.find(kind).ok_or_else(|| {
-            let gvk = host_gvk(kind);
-            tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
-            Error::Forbidden(format!(
-                "plugin {} is not granted {gvk}; add it to the plugin's `read` list",
-                self.plugin
-            ))
-        })
-    }
-}
-
 /// A lister call's answer; the error is the plugin's to handle, a trap (`Err`) ends its call.
 type Answer<T> = wasmtime::Result<Result<T, Error>>;
 
 impl HostState {
+    /// A lister call `call` of `kind`: `read` answers it from the granted kind, or the answer is
+    /// `forbidden` (logged: who asked for what); counted either way.
+    fn answer<T>(
+        &self,
+        kind: KindRef<'_>,
+        call: &str,
+        read: impl FnOnce(&GrantedKind) -> Result<T, Error>,
+    ) -> Answer<T> {
+        self.check_deadline()?;
+        let granted = self.grants.find(kind);
+        let result = match granted {
+            Some(granted) => read(granted),
+            None => {
+                let gvk = host_gvk(kind);
+                tracing::warn!(plugin.id = %self.plugin, lister.call = call, kind = %gvk, "lister refused: kind not granted");
+                Err(Error::Forbidden(format!(
+                    "plugin {} is not granted {gvk}; add it to the plugin's `read` list",
+                    self.plugin
+                )))
+            }
+        };
+        Ok(self.grants.counted(kind, granted, result))
+    }
+
     /// `lister.get`.
     pub(crate) fn lister_get(
         &self,
@@ -297,18 +323,12 @@ impl HostState {
         namespace: &str,
         name: &str,
     ) -> Answer<SharedObject> {
-        self.check_deadline()?;
-        let granted = self.granted(kind, "get");
-        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
+        self.answer(kind, "get", |granted| {
             granted
-                .sources
-                .iter()
-                .filter_map(|source| source.current().get(namespace, name))
-                .reduce(|a, b| if newer(&b, &a) { b } else { a })
+                .get(namespace, name)
                 .map(|obj| SharedObject::new(&granted.gvk, &obj))
                 .ok_or(Error::NotFound)
-        });
-        Ok(self.grants.counted(kind, granted.ok(), result))
+        })
     }
 
     /// `lister.list`.
@@ -318,9 +338,7 @@ impl HostState {
         namespace: Option<&str>,
         label_selector: &str,
     ) -> Answer<Vec<SharedObject>> {
-        self.check_deadline()?;
-        let granted = self.granted(kind, "list");
-        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
+        self.answer(kind, "list", |granted| {
             let selector: LabelSelector = label_selector
                 .parse()
                 .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
@@ -330,8 +348,7 @@ impl HostState {
                 .iter()
                 .map(|o| SharedObject::new(&granted.gvk, o))
                 .collect())
-        });
-        Ok(self.grants.counted(kind, granted.ok(), result))
+        })
     }
 
     /// `lister.by-index`.
@@ -341,9 +358,7 @@ impl HostState {
         index: &str,
         value: &str,
     ) -> Answer<Vec<SharedObject>> {
-        self.check_deadline()?;
-        let granted = self.granted(kind, "by-index");
-        let result = granted.as_ref().map_err(Clone::clone).and_then(|granted| {
+        self.answer(kind, "by-index", |granted| {
             let objects = granted
                 .granted()
                 .by_index(index, value)
@@ -352,8 +367,7 @@ impl HostState {
                 .iter()
                 .map(|o| SharedObject::new(&granted.gvk, o))
                 .collect())
-        });
-        Ok(self.grants.counted(kind, granted.ok(), result))
+        })
     }
 }
 
