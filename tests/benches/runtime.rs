@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 use table::ns;
 use wasmformer::cache::{CachedObject, Gvk, Store, WireObject};
 use wasmformer::plugin::{
-    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSize,
+    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSettings,
+    START_PAGES_BYTES,
 };
 use wasmformer_guest::Plugin;
 use wasmformer_tests::{guests, pod_gvk, realistic_pod, store_with};
@@ -310,12 +311,24 @@ fn main() {
     let pool = std::env::var("WASMFORMER_BENCH_MAX_INSTANCES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .map_or_else(PoolSize::default, |max_instances| PoolSize {
+        .map_or_else(PoolSettings::default, |max_instances| PoolSettings {
             max_instances,
+            ..PoolSettings::default()
         });
-    let engine = PluginEngine::with_pool(Some(cache_dir), pool).expect("engine");
+    let engine = PluginEngine::with_pool(Some(cache_dir.clone()), pool).expect("engine");
     // The instance pool reserves its address space when the engine is made.
     let reserved_kib = vm_size_kib().saturating_sub(size_before);
+    // The same pool keeping the four pages an empty plugin's start writes (`host.keepResidentBytes:
+    // 16384`; the default keeps none), for the benchmarks that compare the two.
+    let keeping = PluginEngine::with_pool(
+        Some(cache_dir.clone()),
+        PoolSettings {
+            keep_resident_bytes: START_PAGES_BYTES,
+            ..pool
+        },
+    )
+    .expect("engine");
+    let empty_kept = load(&keeping, guests::BENCH_EMPTY);
     let [empty, labels, decode, lister] = [
         guests::BENCH_EMPTY,
         guests::BENCH_LABELS,
@@ -331,7 +344,8 @@ fn main() {
         .count_calls(metrics.plugin("bench-lister").lister_calls());
 
     // Before anything else allocates and frees much: RSS per live instance.
-    let rss = (bench.filters.is_empty()).then(|| rss_per_instance(&empty, &objects.realistic));
+    let rss = (bench.filters.is_empty())
+        .then(|| [&empty, &empty_kept].map(|plugin| rss_per_instance(plugin, &objects.realistic)));
 
     let realistic = Objects::add(&objects.realistic);
     lifecycle_benches(&mut bench, &engine, &empty, &realistic);
@@ -517,6 +531,35 @@ fn main() {
             })
         });
     }
+
+    bench.run(
+        "6c-start-empty-kept",
+        "`PluginInstance::start`, empty guest, `keepResidentBytes: 16384`",
+        || {
+            measure_batches(|iters| {
+                let mut live = Vec::with_capacity(iters as usize);
+                let t = Instant::now();
+                for _ in 0..iters {
+                    live.push(start(&empty_kept, Grants::none(), json!({})));
+                }
+                let took = t.elapsed();
+                drop(live);
+                took
+            })
+        },
+    );
+    // A start in a slot its predecessor was just dropped from (a restart after a trap, a
+    // re-activation), with the pool keeping the pages it wrote and giving them all back.
+    bench.run_pair(
+        "pair-start-kept",
+        "`start` + drop, empty guest: `keepResidentBytes: 16384` vs 0 (the default)",
+        || {
+            measure_pair(
+                || drop(start(&empty_kept, Grants::none(), json!({}))),
+                || drop(start(&empty, Grants::none(), json!({}))),
+            )
+        },
+    );
 
     for (id, what, cache, wasm) in [
         (

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use wasmformer::cache::{CachedObject, Gvk};
 use wasmformer::config::WriteGrant;
 use wasmformer::plugin::{
-    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSize, WriteAccess,
+    Event, Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, PoolSettings, WriteAccess,
 };
 use wasmformer::writer::{PluginWriter, Recording, Sink, WriteSettings};
 use wasmformer_tests::apiserver::KubeApiserver;
@@ -190,7 +190,13 @@ fn instructions(what: &str, n: usize) -> Result<()> {
         .unwrap_or_else(|_| "target/tmp/bench-components".to_owned());
     // One instance, under valgrind: the default pool's 4 TiB of address space is more than
     // valgrind can map.
-    let engine = PluginEngine::with_pool(Some(cache.into()), PoolSize { max_instances: 4 })?;
+    let engine = PluginEngine::with_pool(
+        Some(cache.into()),
+        PoolSettings {
+            max_instances: 4,
+            ..PoolSettings::default()
+        },
+    )?;
     let plugin = LoadedPlugin::load(&engine, "probe", Path::new(guests::WRITER_PROBE))?;
     let limits = Limits {
         deadline: Duration::from_secs(120),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use wasmformer::config::HostConfig;
-use wasmformer::plugin::{PluginEngine, PoolSize};
+use wasmformer::plugin::{PluginEngine, PoolSettings};
 use wasmformer::runtime::{self, Runtime, RuntimeOptions};
 
 #[derive(Debug, clap::Args)]
@@ -40,8 +40,9 @@ pub async fn serve(
     let engine = std::sync::Arc::new(
         PluginEngine::with_pool(
             cache_dir,
-            PoolSize {
+            PoolSettings {
                 max_instances: config.host.max_instances,
+                keep_resident_bytes: config.host.keep_resident_bytes,
             },
         )
         .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?,

@@ -66,6 +66,12 @@ pub struct HostSettings {
     /// instance pool (each running plugin holds one, a hot swap briefly two; each reserves about
     /// 4 GiB of address space, not memory). Read at start.
     pub max_instances: u32,
+    /// `keepResidentBytes: 0` — how much of the memory a dropped instance wrote its slot of the
+    /// pool keeps (of its linear memory, rounded up to pages, and a page of each table), reset in
+    /// place, so the next instance there starts without page faults (16384 covers an empty Rust
+    /// plugin's start, and costs an unloaded plugin about 44 KiB more); `0` (the default): give
+    /// all of it back to the OS, the smallest footprint for unloaded plugins. Read at start.
+    pub keep_resident_bytes: usize,
     /// `deliveryThreads: 32` — the most OS threads that call plugins at once. A plugin holds one
     /// only while it has something to deliver, so idle plugins hold none; past the limit, busy
     /// plugins take turns. Read at start.
@@ -87,6 +93,7 @@ impl Default for HostSettings {
             leader_election: LeaderElection::default(),
             lifecycle: Lifecycle::default(),
             max_instances: 1000,
+            keep_resident_bytes: crate::plugin::DEFAULT_KEEP_RESIDENT_BYTES,
             delivery_threads: crate::dispatch::DeliveryPool::DEFAULT_THREADS,
         }
     }

@@ -22,6 +22,8 @@ const KEYS: &[&str] = &[
     "watchConfig",
     "maxObjectBytes",
     "deliveryThreads",
+    "maxInstances",
+    "keepResidentBytes",
     "leaderElection",
     "enabled",
     "leaseName",

@@ -615,6 +615,27 @@ plugins:
     }
 
     #[test]
+    fn keep_resident_bytes_is_read_and_defaults_to_nothing() {
+        let config = HostConfig::parse(GOOD, PathBuf::new()).unwrap();
+        assert_eq!(config.host.keep_resident_bytes, 0);
+        let four_pages = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  keepResidentBytes: 16384",
+        );
+        let config = HostConfig::parse(&four_pages, PathBuf::new()).unwrap();
+        assert_eq!(config.host.keep_resident_bytes, 16384);
+        let bad = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  keepResidentBytes: 16KiB",
+        );
+        let problems = located_problems(&bad);
+        assert!(
+            problems.len() == 1 && problems[0].starts_with("host.keepResidentBytes: "),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn syntax_errors_are_reported() {
         let problems = HostConfig::parse("plugins: [", PathBuf::new()).unwrap_err();
         assert_eq!(problems[0].at, "(syntax)");

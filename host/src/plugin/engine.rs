@@ -5,13 +5,24 @@
 //! and instance metadata live in slots reserved once, and a slot given back is reset in place
 //! (dirty pages only, the memory's copy-on-write image kept mapped) rather than unmapped, so
 //! starting an instance makes no `mmap` and few page faults. The pool holds
-//! [`PoolSize::max_instances`] instances (`host.maxInstances`), with [`MEMORIES_PER_INSTANCE`]
+//! [`PoolSettings::max_instances`] instances (`host.maxInstances`), with [`MEMORIES_PER_INSTANCE`]
 //! memory and [`TABLES_PER_INSTANCE`] tables each. Every memory slot
 //! reserves 4 GiB of address space plus a guard (not memory: nothing is committed until used),
 //! the same as one live instance did before, but all of it up front: 1,000 instances reserve about
 //! 4 TiB of the 128 TiB a process may address. A plugin's own memory limit (`memoryBytes`) is
 //! still enforced by its store's limiter, below the slot's 4 GiB. When every slot is taken,
 //! starting one more instance fails with [`CallError::InstancePoolExhausted`](super::CallError::InstancePoolExhausted).
+//!
+//! **Pages kept resident.** When an instance is dropped, up to [`PoolSettings::keep_resident_bytes`]
+//! (`host.keepResidentBytes`) of the pages it wrote in its linear memory, and one page of each of
+//! its tables, are reset in place (copied back from the memory image, or zeroed) instead of given
+//! back to the kernel: the next instance in that slot does not fault them in again, and the release
+//! makes no `madvise` (no TLB shootdown) when nothing more was written. wasmtime finds the written
+//! pages with Linux's `PAGEMAP_SCAN` (6.7+); without it, keeping would reset the lowest addresses,
+//! which a Rust guest's stack leaves untouched, so nothing is kept and the engine logs a warning.
+//! The price: a released slot holds that much memory until it is used again (an unloaded plugin's
+//! slot included), and the image pages its instance read stay mapped; so the default is `0`, which
+//! gives everything back.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
@@ -43,28 +54,46 @@ const TABLE_ELEMENTS: usize = 100_000;
 /// bound checked when a component is loaded, not memory set aside. An interpreter's context
 /// (tens of thousands of functions) would not fit wasmtime's default of 1 MiB.
 const INSTANCE_METADATA_BYTES: usize = 16 << 20;
+/// The most of each table a released slot keeps resident: one page, the one a Rust plugin's start
+/// writes (its lazily initialised function references); more would keep pages no start needs
+/// (an interpreter's tables are larger), and per table, for every released slot.
+const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
 /// Released slots that keep their affinity (wasmtime's default): the next instance of the same
 /// component reuses one, its memory image still mapped. Their dirty pages are given back.
 const WARM_SLOTS: u32 = 100;
 
-/// How large the instance pool is.
+/// How the instance pool is sized and how it resets a released slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSize {
+pub struct PoolSettings {
     /// Plugin instances that may be live at once (`host.maxInstances`): each running plugin
     /// version holds one, a hot swap briefly two.
     pub max_instances: u32,
+    /// Bytes of written pages a released slot keeps resident of its linear memory, and up to one
+    /// page per table (`host.keepResidentBytes`; rounded up to whole pages): see the module
+    /// documentation.
+    pub keep_resident_bytes: usize,
 }
 
-impl Default for PoolSize {
+impl Default for PoolSettings {
     fn default() -> Self {
         Self {
             max_instances: DEFAULT_MAX_INSTANCES,
+            keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
         }
     }
 }
 
 /// The default of `host.maxInstances`.
 pub const DEFAULT_MAX_INSTANCES: u32 = 1000;
+
+/// The default of `host.keepResidentBytes`: nothing, so an unloaded plugin's slot gives all its
+/// pages back (issue 16). Keeping costs more than the pages kept: a slot whose written pages all
+/// fit is not `madvise`d at all, so the memory image's pages its instance read stay mapped too.
+pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 0;
+
+/// What an empty Rust plugin's start writes in its linear memory: four pages (stack, allocator
+/// state, heap start and end). Kept resident, a start in a released slot faults no page in.
+pub const START_PAGES_BYTES: usize = 16 << 10;
 
 /// Shared by every plugin: one engine (so compiled code and settings are shared), one linker
 /// with the host's imports, one epoch ticker, and where compiled components are cached.
@@ -74,6 +103,8 @@ pub struct PluginEngine {
     cache: Option<Arc<CompileCache>>,
     /// Where `cache` lives (pulled OCI components are kept in its `oci/`).
     cache_dir: Option<PathBuf>,
+    /// What a released slot keeps resident, in bytes (after [`effective_keep_resident`]).
+    keep_resident_bytes: usize,
     /// Advances the epoch while the engine lives; stopped and joined on drop.
     _ticker: Ticker,
 }
@@ -97,12 +128,13 @@ impl PluginEngine {
     /// with the default instance pool. Fails with a [`CacheError`](super::CacheError)'s message (and its cause) if that
     /// directory is not this user's alone.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
-        Self::with_pool(cache_dir, PoolSize::default())
+        Self::with_pool(cache_dir, PoolSettings::default())
     }
 
-    /// [`PluginEngine::new`] with an instance pool of `pool`'s size.
-    pub fn with_pool(cache_dir: Option<PathBuf>, pool: PoolSize) -> wasmtime::Result<Self> {
+    /// [`PluginEngine::new`] with an instance pool set up by `pool`.
+    pub fn with_pool(cache_dir: Option<PathBuf>, pool: PoolSettings) -> wasmtime::Result<Self> {
         let instances = pool.max_instances.max(1);
+        let keep_resident = effective_keep_resident(pool.keep_resident_bytes);
         let mut pooling = PoolingAllocationConfig::new();
         pooling
             .total_component_instances(instances)
@@ -112,7 +144,10 @@ impl PluginEngine {
             .table_elements(TABLE_ELEMENTS)
             .max_core_instance_size(INSTANCE_METADATA_BYTES)
             .max_component_instance_size(INSTANCE_METADATA_BYTES)
-            .max_unused_warm_slots(WARM_SLOTS);
+            .max_unused_warm_slots(WARM_SLOTS)
+            .linear_memory_keep_resident(keep_resident)
+            .table_keep_resident(keep_resident.min(TABLE_KEEP_RESIDENT_BYTES))
+            .pagemap_scan(wasmtime::Enabled::Auto);
         let mut config = Config::new();
         config
             .wasm_component_model(true)
@@ -155,6 +190,7 @@ impl PluginEngine {
             linker: Arc::new(linker),
             cache,
             cache_dir,
+            keep_resident_bytes: keep_resident,
             _ticker: ticker,
         })
     }
@@ -189,6 +225,12 @@ impl PluginEngine {
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// Bytes of written pages a released slot keeps resident (see the module documentation): as
+    /// asked for, or 0 where the kernel cannot find the written pages.
+    pub fn keep_resident_bytes(&self) -> usize {
+        self.keep_resident_bytes
     }
 
     /// The compile cache's directory, if caching.
@@ -259,6 +301,22 @@ impl Reloader {
 }
 
 /// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.
+/// What a released slot keeps resident for `requested` bytes: all of it where wasmtime can find the
+/// written pages (`PAGEMAP_SCAN`), else nothing, with a warning: keeping the lowest addresses
+/// instead would copy pages a Rust guest never wrote (its stack sits at the bottom) on every
+/// release and save no fault.
+fn effective_keep_resident(requested: usize) -> usize {
+    if requested == 0 || PoolingAllocationConfig::is_pagemap_scan_available() {
+        return requested;
+    }
+    tracing::warn!(
+        host.keepResidentBytes = requested,
+        "host.keepResidentBytes has no effect here: the kernel lacks PAGEMAP_SCAN (Linux 6.7+), \
+         so released instances give back all their pages"
+    );
+    0
+}
+
 fn engine_key(engine: &Engine) -> String {
     let mut hasher = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);

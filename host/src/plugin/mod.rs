@@ -69,7 +69,10 @@ pub use crate::cache::Event;
 pub use crate::config::Limits;
 pub use backoff::Backoff;
 pub use cache::CacheError;
-pub use engine::{DEFAULT_MAX_INSTANCES, PluginEngine, PoolSize, content_digest};
+pub use engine::{
+    DEFAULT_KEEP_RESIDENT_BYTES, DEFAULT_MAX_INSTANCES, PluginEngine, PoolSettings,
+    START_PAGES_BYTES, content_digest,
+};
 pub use error::{CallError, LoadError, StateError, TrapKind};
 pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
 pub use instance::{PluginInstance, SavedState};
