@@ -517,6 +517,11 @@ fn main() {
             "`PluginInstance::start`, decode guest (k8s-openapi linked)",
             &decode,
         ),
+        (
+            "6c-start-empty-kept",
+            "`PluginInstance::start`, empty guest, `keepResidentBytes: 16384`",
+            &empty_kept,
+        ),
     ] {
         bench.run(id, what, || {
             measure_batches(|iters| {
@@ -532,22 +537,6 @@ fn main() {
         });
     }
 
-    bench.run(
-        "6c-start-empty-kept",
-        "`PluginInstance::start`, empty guest, `keepResidentBytes: 16384`",
-        || {
-            measure_batches(|iters| {
-                let mut live = Vec::with_capacity(iters as usize);
-                let t = Instant::now();
-                for _ in 0..iters {
-                    live.push(start(&empty_kept, Grants::none(), json!({})));
-                }
-                let took = t.elapsed();
-                drop(live);
-                took
-            })
-        },
-    );
     // A start in a slot its predecessor was just dropped from (a restart after a trap, a
     // re-activation), with the pool keeping the pages it wrote and giving them all back.
     bench.run_pair(

@@ -14,13 +14,15 @@ use wasmformer::plugin::{
 };
 use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store, store_with};
 
-/// An engine whose compile cache is shared by this test binary's tests (the cache itself is
-/// tested with its own directory below).
+/// The compile cache shared by this test binary's engines (the cache itself is tested with its
+/// own directory below).
+fn shared_cache() -> Option<std::path::PathBuf> {
+    Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"))
+}
+
+/// An engine with the default instance pool and the shared compile cache.
 fn engine() -> PluginEngine {
-    PluginEngine::new(Some(
-        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components"),
-    ))
-    .expect("engine")
+    PluginEngine::new(shared_cache()).expect("engine")
 }
 
 /// A started plugin and every line it logged.
@@ -629,7 +631,7 @@ fn a_trapping_plugin_does_not_disturb_another_on_the_same_engine() {
 #[test]
 fn a_full_instance_pool_refuses_one_more_instance_and_takes_it_once_a_slot_is_free() {
     let engine = PluginEngine::with_pool(
-        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components")),
+        shared_cache(),
         PoolSettings {
             max_instances: 2,
             ..PoolSettings::default()
@@ -703,9 +705,8 @@ fn faults_per_restart(engine: &PluginEngine) -> f64 {
 
 #[test]
 fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_none_in() {
-    let cache = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components");
     let keeping = PluginEngine::with_pool(
-        Some(cache.clone()),
+        shared_cache(),
         PoolSettings {
             keep_resident_bytes: START_PAGES_BYTES,
             ..PoolSettings::default()
@@ -718,7 +719,7 @@ fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_n
         "host.keepResidentBytes needs Linux's PAGEMAP_SCAN (6.7+), which this kernel lacks"
     );
     // The default: nothing kept.
-    let giving_back = PluginEngine::with_pool(Some(cache), PoolSettings::default()).unwrap();
+    let giving_back = PluginEngine::with_pool(shared_cache(), PoolSettings::default()).unwrap();
     assert_eq!(giving_back.keep_resident_bytes(), 0);
     let (kept, given_back) = (
         faults_per_restart(&keeping),
@@ -738,7 +739,7 @@ fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_n
 #[test]
 fn an_instance_in_a_released_slot_that_kept_its_pages_starts_from_the_plugins_image() {
     let engine = PluginEngine::with_pool(
-        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("components")),
+        shared_cache(),
         PoolSettings {
             max_instances: 1,
             keep_resident_bytes: START_PAGES_BYTES,

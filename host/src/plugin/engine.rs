@@ -300,7 +300,6 @@ impl Reloader {
     }
 }
 
-/// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.
 /// What a released slot keeps resident for `requested` bytes: all of it where wasmtime can find the
 /// written pages (`PAGEMAP_SCAN`), else nothing, with a warning: keeping the lowest addresses
 /// instead would copy pages a Rust guest never wrote (its stack sits at the bottom) on every
@@ -317,6 +316,7 @@ fn effective_keep_resident(requested: usize) -> usize {
     0
 }
 
+/// `engine-<hash>`: artifacts of engines with other settings or versions live elsewhere.
 fn engine_key(engine: &Engine) -> String {
     let mut hasher = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
