@@ -24,6 +24,8 @@
 // Lets the generated bindings name this crate the way plugin crates do.
 extern crate self as wasmformer_guest;
 
+#[doc(hidden)]
+pub mod alloc;
 mod error;
 pub mod lister;
 pub mod log;
@@ -39,6 +41,16 @@ pub use reconcile::{Action, ObjectRef, Reconciler};
 pub use serde;
 pub use serde_json;
 pub use writer::WriteError;
+
+/// The plugin's global allocator (feature `small-object-cache`, on by default): freed small
+/// blocks are handed out again without a trip through dlmalloc.
+#[cfg(all(
+    feature = "small-object-cache",
+    target_family = "wasm",
+    not(target_feature = "atomics")
+))]
+#[global_allocator]
+static ALLOCATOR: alloc::SmallObjectCache = alloc::SmallObjectCache::new();
 
 /// The bindings generated from `wit/`; plugin code never needs them.
 #[doc(hidden)]
