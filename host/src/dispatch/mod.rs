@@ -20,7 +20,7 @@ pub use queue::{EventQueue, Popped, SubscriptionId, SubscriptionSink};
 pub use reconcile::{FailingKey, KeyMap, ReconcileWiring, RelatedKind, WorkQueueReport};
 pub(crate) use status::rfc3339;
 pub use status::{InstanceState, PluginStatus, StatusReport, TimedError};
-pub use worker::{HandledKind, PluginWorker};
+pub use worker::{HandledKind, PluginWorker, Swapped};
 
 /// What a new version receives first when it is swapped in; a config type, used here.
 pub use crate::config::SwapMode;
@@ -149,12 +149,12 @@ impl DispatchedPlugin {
 
     /// Hands `instance` to the worker, which swaps it in between two events; the receiver is
     /// told when that happened (with how many cached objects the new version was handed, for a
-    /// snapshot swap).
+    /// snapshot swap) and given the old instance, to drop off the event path.
     pub fn swap(
         &self,
         instance: PluginInstance,
         mode: SwapMode,
-    ) -> std::sync::mpsc::Receiver<Option<usize>> {
+    ) -> std::sync::mpsc::Receiver<Swapped> {
         self.worker.swap(instance, mode)
     }
 

@@ -258,12 +258,14 @@ impl Runtime {
                 let swapped = running.dispatched.swap(instance, config.on_swap);
                 running.config = config;
                 drop(plugins);
-                // The worker swaps between two events: at most one call's deadline away.
-                let snapshot = tokio::task::spawn_blocking(move || swapped.recv())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .flatten();
+                // The worker swaps between two events: at most one call's deadline away. The old
+                // instance is dropped here, on the blocking pool, not between two events.
+                let snapshot = tokio::task::spawn_blocking(move || {
+                    swapped.recv().ok().and_then(|swapped| swapped.snapshot)
+                })
+                .await
+                .ok()
+                .flatten();
                 tracing::info!(plugin.id = %name, plugin.version = %short(&version), reload.prepareMs = prepare_ms, reload.snapshot = snapshot, "plugin reloaded");
                 ReloadOutcome::Swapped {
                     version,
