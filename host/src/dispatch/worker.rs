@@ -917,6 +917,29 @@ mod tests {
         (informer, handled)
     }
 
+    /// A worker for `instance` with no predecessor, no idle unloading and no work queue.
+    fn plain_worker(
+        instance: PluginInstance,
+        queue: Arc<EventQueue>,
+        handled: Vec<HandledKind>,
+        name: &str,
+        pool: &DeliveryPool,
+    ) -> PluginWorker {
+        PluginWorker::start(
+            instance,
+            queue,
+            handled,
+            Arc::default(),
+            None,
+            None,
+            None,
+            crate::metrics::Metrics::new().plugin(name),
+            crate::dispatch::Gate::always(),
+            ReconcileWiring::default(),
+            pool,
+        )
+    }
+
     /// Issue 16: with `unloadAfter` shorter than the gaps between events, the worker unloads
     /// the idle plugin again and again while events keep arriving (some during an unload, some
     /// just after); each is delivered once, in order, and the plugin's state (a count) survives
@@ -1020,18 +1043,11 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let _entered = runtime.enter();
         let (_informer, handled) = quiet_pod_informer();
-        let queue = EventQueue::new(10);
-        let worker = PluginWorker::start(
+        let worker = plain_worker(
             start(old),
-            queue.clone(),
+            EventQueue::new(10),
             handled,
-            Arc::new(PluginStatus::default()),
-            None,
-            None,
-            None,
-            crate::metrics::Metrics::new().plugin("counter"),
-            crate::dispatch::Gate::always(),
-            ReconcileWiring::default(),
+            "counter",
             &DeliveryPool::shared(),
         );
         let swapped = worker
@@ -1081,19 +1097,7 @@ mod tests {
                 .unwrap();
                 let queue = EventQueue::new(100);
                 queues.push(queue.clone());
-                PluginWorker::start(
-                    instance,
-                    queue,
-                    handled.clone(),
-                    Arc::default(),
-                    None,
-                    None,
-                    None,
-                    crate::metrics::Metrics::new().plugin("counter"),
-                    crate::dispatch::Gate::always(),
-                    ReconcileWiring::default(),
-                    &pool,
-                )
+                plain_worker(instance, queue, handled.clone(), "counter", &pool)
             })
             .collect();
         let mut most_threads = 0;
@@ -1184,17 +1188,11 @@ mod tests {
                 },
             );
         }
-        let worker = PluginWorker::start(
+        let worker = plain_worker(
             instance,
             queue,
             handled,
-            Arc::default(),
-            None,
-            None,
-            None,
-            crate::metrics::Metrics::new().plugin("slow-rec"),
-            crate::dispatch::Gate::always(),
-            ReconcileWiring::default(),
+            "slow-rec",
             &DeliveryPool::shared(),
         );
 
