@@ -142,11 +142,16 @@ impl PluginStatus {
     }
 
     pub(crate) fn called(&self, error: Option<String>) {
+        let Some(error) = error else {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // Counted under the lock that `report` reads under: a report never counts a failed call
+        // without showing its error.
+        let mut details = self.details();
+        details.last_error = Some((SystemTime::now(), error));
+        self.failures.fetch_add(1, Ordering::Relaxed);
         self.calls.fetch_add(1, Ordering::Relaxed);
-        if let Some(error) = error {
-            self.failures.fetch_add(1, Ordering::Relaxed);
-            self.details().last_error = Some((SystemTime::now(), error));
-        }
     }
 
     /// Its instance was unloaded, keeping `saved_bytes` of state (or none), or loaded again.
@@ -199,15 +204,22 @@ impl PluginStatus {
 
     /// A copy for reporting.
     pub fn report(&self, name: &str, queue_depth: usize) -> StatusReport {
-        let details = self.details().clone();
+        let (details, calls, failures) = {
+            let details = self.details();
+            let counts = (
+                self.calls.load(Ordering::Relaxed),
+                self.failures.load(Ordering::Relaxed),
+            );
+            (details.clone(), counts.0, counts.1)
+        };
         StatusReport {
             name: name.to_owned(),
             version: details.digest,
             contract: details.contract,
             loaded_at: details.loaded_at.map(rfc3339),
             swaps: self.swaps.load(Ordering::Relaxed),
-            calls: self.calls.load(Ordering::Relaxed),
-            failures: self.failures.load(Ordering::Relaxed),
+            calls,
+            failures,
             last_error: details.last_error.map(|(t, e)| TimedError::new(t, e)),
             last_swap_error: details.last_swap_error.map(|(t, e)| TimedError::new(t, e)),
             queue_depth,
@@ -226,5 +238,46 @@ impl PluginStatus {
             saved_state_bytes: details.saved_state_bytes,
             last_state_error: details.last_state_error.map(|(t, e)| TimedError::new(t, e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A report taken while failed calls are being recorded shows the error of the last call it
+    /// counts, never an earlier one (`/status` and the tests read `calls`, then `lastError`).
+    #[test]
+    fn a_report_counts_a_failed_call_only_with_its_error() {
+        const CALLS: u64 = 20_000;
+        let status = Arc::new(PluginStatus::default());
+        let calling = std::thread::spawn({
+            let status = status.clone();
+            move || {
+                for call in 1..=CALLS {
+                    status.called(Some(call.to_string()));
+                }
+            }
+        });
+        let mut reports = 0;
+        loop {
+            let report = status.report("p", 0);
+            let shown = report.last_error.map(|e| e.message).unwrap_or_default();
+            let expected = if report.calls == 0 {
+                String::new()
+            } else {
+                report.calls.to_string()
+            };
+            assert_eq!(shown, expected, "{} calls counted", report.calls);
+            assert_eq!(report.failures, report.calls);
+            reports += 1;
+            if report.calls == CALLS {
+                break;
+            }
+        }
+        calling.join().unwrap();
+        assert!(reports > 1);
     }
 }
