@@ -75,11 +75,9 @@ impl Drop for SmallObjectCache {
         for (class, head) in lists.heads.iter_mut().enumerate() {
             while !head.is_null() {
                 let block = *head;
-                // SAFETY: a free block of this class, from the system with its class layout.
-                unsafe {
-                    *head = block.cast::<*mut u8>().read();
-                    System.dealloc(block, class_layout(class));
-                }
+                // SAFETY: a free block of this class; its first word is the next one.
+                *head = unsafe { block.cast::<*mut u8>().read() };
+                free_block(block, class);
             }
         }
     }

@@ -204,13 +204,14 @@ impl PluginStatus {
 
     /// A copy for reporting.
     pub fn report(&self, name: &str, queue_depth: usize) -> StatusReport {
+        // The counts are read under the lock a failed call is counted under (`called`).
         let (details, calls, failures) = {
             let details = self.details();
-            let counts = (
+            (
+                details.clone(),
                 self.calls.load(Ordering::Relaxed),
                 self.failures.load(Ordering::Relaxed),
-            );
-            (details.clone(), counts.0, counts.1)
+            )
         };
         StatusReport {
             name: name.to_owned(),

@@ -243,8 +243,9 @@ impl PluginWorker {
     }
 
     /// Hands a started new version to the worker, which swaps it in before the next event and
-    /// signals `done` (immediately if idle), handing back the old instance. The runtime's reload task offers one swap at a time
-    /// and awaits it, so the slot is empty here: no pending swap is ever overwritten.
+    /// signals `done` (immediately if idle), handing back the old instance. The runtime's reload
+    /// task offers one swap at a time and awaits it, so the slot is empty here: no pending swap is
+    /// ever overwritten.
     pub(crate) fn swap(
         &self,
         instance: PluginInstance,
@@ -1024,7 +1025,7 @@ mod tests {
 
     /// Issue 17 (item 9d): a swap's answer hands back the old version's instance, so the
     /// reload can drop it (its pool slot, and with it the version's code) off the event path;
-    /// the worker goes on with the new version, which starts from the old one's state.
+    /// the worker goes on with the new version.
     #[test]
     fn a_swap_hands_the_old_instance_back_to_be_dropped_elsewhere() {
         let (_engine, old) = load("counter", wasmformer_tests::guests::COUNTER);
