@@ -17,6 +17,7 @@ pub mod rbac;
 pub mod replay;
 pub mod runtime;
 pub mod trigger;
+mod trim;
 pub mod workqueue;
 pub mod writer;
 pub mod yaml;

@@ -145,6 +145,7 @@ impl Core {
             _ => {}
         }
         let was_synced = reflector.is_synced();
+        let list_done = matches!(event, WatchEvent::InitDone);
         let emitted = &mut status.emitted;
         let rejected = reflector.apply(event, &mut |event| {
             match &event {
@@ -158,6 +159,10 @@ impl Core {
             }
         });
         status.rejected += rejected as u64;
+        if list_done {
+            // The list's pages and buffered objects were just freed, in arenas that keep them.
+            crate::trim::request();
+        }
         if !was_synced && reflector.is_synced() {
             status.synced = true;
             status.synced_at = Some(SystemTime::now());

@@ -459,3 +459,28 @@ async fn a_gone_after_failures_relists_at_once() {
     );
     assert_eq!(waits[6], Duration::ZERO, "{waits:?}");
 }
+
+#[tokio::test]
+async fn a_completed_list_asks_for_the_freed_heap_to_be_given_back() {
+    let (informer, tx) = informer(StoreOptions::default());
+    let recorder = Arc::new(Recorder::default());
+    let _sub = informer.subscribe(recorder.clone());
+    let before = crate::trim::requests_on_this_thread();
+    list(&tx, &["a", "b"]);
+    informer.wait_synced().await;
+    assert_eq!(crate::trim::requests_on_this_thread(), before + 1);
+
+    // A live event frees nothing worth a trim; a relist does again.
+    tx.send(Ok(WatchEvent::Apply(pod("c", 2)))).unwrap();
+    recorder.wait_for_add("c").await;
+    assert_eq!(crate::trim::requests_on_this_thread(), before + 1);
+    list(&tx, &["a", "b", "c"]);
+    // Nothing changed, so the relist delivers nothing to wait for: poll.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while crate::trim::requests_on_this_thread() == before + 1
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(crate::trim::requests_on_this_thread(), before + 2);
+}

@@ -151,7 +151,7 @@ impl PluginInstance {
         self.live = None;
         self.unloaded = true;
         self.plugin.release_code();
-        super::trim::request();
+        crate::trim::request();
         self.saved = saved?;
         Ok(())
     }

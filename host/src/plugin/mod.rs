@@ -17,7 +17,6 @@ mod error;
 pub mod host;
 mod instance;
 mod load;
-mod trim;
 mod world;
 
 /// Host-side bindings generated from `wit/` (the current contract, 0.3.2).

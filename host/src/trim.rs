@@ -1,13 +1,17 @@
-//! Giving the heap an unloaded plugin freed back to the OS.
+//! Giving freed heap back to the OS, after the two bursts that free the most.
 //!
-//! An unload drops the plugin's instance and its compiled code's metadata: tens of KiB of small
-//! allocations, freed on whichever delivery thread ran the unload. glibc's malloc keeps freed
-//! memory inside its arenas, resident, unless it lies at the very top of one; so without this an
-//! unloaded plugin still cost about 100 KiB of RSS, of which 14 KiB was live (issue 16). After
-//! unloads, one background thread calls `malloc_trim(0)`, which gives every arena's free pages
-//! back (`madvise`), at most once per [`MIN_INTERVAL`] and [`DEBOUNCE`] after the first request,
-//! so a thousand plugins going idle together cost one trim. Only with glibc; elsewhere (the musl
-//! static binary) [`request`] does nothing.
+//! glibc's malloc keeps freed memory inside its arenas, resident, unless it lies at the very top
+//! of one. Two things free a lot at once and leave it there: an unload drops the plugin's
+//! instance and its compiled code's metadata (tens of KiB of small allocations, freed on
+//! whichever delivery thread ran it; without a trim an unloaded plugin still cost about 100 KiB of
+//! RSS, of which 14 KiB was live: issue 16), and a completed list drops the list's pages of JSON
+//! and its buffered objects (with 10,000 Pods, a trim after the list took the host from 83 to
+//! 74 MiB: issue 17, item 4).
+//! After either, [`request`] wakes one background thread that calls `malloc_trim(0)`, which gives
+//! every arena's free pages back (`madvise`), at most once per [`MIN_INTERVAL`] and [`DEBOUNCE`]
+//! after the first request, so a thousand plugins going idle together, or a hundred informers
+//! syncing, cost one trim. Only with glibc; elsewhere (the musl static binary) [`request`] does
+//! nothing.
 
 use std::sync::{Condvar, Mutex, Once};
 use std::time::Duration;
@@ -21,8 +25,10 @@ static REQUESTED: Mutex<bool> = Mutex::new(false);
 static WAKE: Condvar = Condvar::new();
 static START: Once = Once::new();
 
-/// Asks for the heap's free pages to be given back soon (after an unload).
+/// Asks for the heap's free pages to be given back soon (after an unload or a list).
 pub(crate) fn request() {
+    #[cfg(test)]
+    REQUESTS.with(|requests| requests.set(requests.get() + 1));
     if !cfg!(all(target_os = "linux", target_env = "gnu")) {
         return;
     }
@@ -36,6 +42,17 @@ pub(crate) fn request() {
     });
     *REQUESTED.lock().expect("trim lock poisoned") = true;
     WAKE.notify_one();
+}
+
+#[cfg(test)]
+std::thread_local! {
+    static REQUESTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many trims this thread has asked for (tests: a current-thread runtime's tasks run on it).
+#[cfg(test)]
+pub(crate) fn requests_on_this_thread() -> u64 {
+    REQUESTS.with(std::cell::Cell::get)
 }
 
 fn run() {
