@@ -1,17 +1,21 @@
-//! Giving freed heap back to the OS, after the two bursts that free the most.
+//! Giving freed heap back to the OS, after the bursts that free the most.
 //!
 //! glibc's malloc keeps freed memory inside its arenas, resident, unless it lies at the very top
-//! of one. Two things free a lot at once and leave it there: an unload drops the plugin's
-//! instance and its compiled code's metadata (tens of KiB of small allocations, freed on
-//! whichever delivery thread ran it; without a trim an unloaded plugin still cost about 100 KiB of
-//! RSS, of which 14 KiB was live: issue 16), and a completed list drops the list's pages of JSON
-//! and its buffered objects (with 10,000 Pods, a trim after the list took the host from 83 to
-//! 74 MiB: issue 17, item 4).
-//! After either, [`request`] wakes one background thread that calls `malloc_trim(0)`, which gives
-//! every arena's free pages back (`madvise`), at most once per [`MIN_INTERVAL`] and [`DEBOUNCE`]
-//! after the first request, so a thousand plugins going idle together, or a hundred informers
-//! syncing, cost one trim. Only with glibc; elsewhere (the musl static binary) [`request`] does
-//! nothing.
+//! of one. Three things free a lot at once and would leave it there:
+//! - an unload drops the plugin's instance and its compiled code's metadata: tens of KiB of small
+//!   allocations, freed on whichever delivery thread ran it (without a trim an unloaded plugin
+//!   still cost about 100 KiB of RSS, of which 14 KiB was live: issue 16);
+//! - a completed list drops its pages of JSON and its buffered objects (with 10,000 Pods the
+//!   host's RSS was 83 and 86 MiB in two runs without this trim, 74, 80 and 81 MiB in three with
+//!   it: issue 17, item 4);
+//! - a plugin's queue that has drained a backlog, such as that list, gives back its capacity
+//!   (about 1.2 MiB per plugin with 10,000 Pods).
+//!
+//! After any of them, [`request`] wakes one background thread that calls `malloc_trim(0)`, which
+//! gives every arena's free pages back (`madvise`), at most once per [`MIN_INTERVAL`] and
+//! [`DEBOUNCE`] after the first request, so a thousand plugins going idle together, or a hundred
+//! informers syncing, cost one trim. Only with glibc; elsewhere (the musl static binary)
+//! [`request`] does nothing.
 
 use std::sync::{Condvar, Mutex, Once};
 use std::time::Duration;

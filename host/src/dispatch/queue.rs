@@ -25,6 +25,9 @@ type Queued = (u64, SubscriptionId, Event);
 /// capacity of their initial list (about 1.2 MiB per plugin with 10k Pods). Small: 256 entries
 /// still cost about 40 KiB per plugin (the queue and its two maps), and a burst regrows it.
 const KEPT_CAPACITY: usize = 32;
+/// A drained backlog of at least this many entries (about 120 KiB) also asks for the freed heap
+/// to be given back to the OS ([`crate::trim`]): freed, it would stay resident in malloc's arena.
+const TRIM_CAPACITY: usize = 1024;
 
 #[derive(Debug, Default)]
 struct State {
@@ -253,6 +256,9 @@ impl EventQueue {
                 self.metrics.taken(at.elapsed());
             }
             if state.items.is_empty() && state.items.capacity() > KEPT_CAPACITY {
+                if state.items.capacity() >= TRIM_CAPACITY {
+                    crate::trim::request();
+                }
                 state.items.shrink_to(KEPT_CAPACITY);
                 state.latest.shrink_to(KEPT_CAPACITY);
                 state.enqueued.shrink_to(KEPT_CAPACITY);
@@ -376,7 +382,13 @@ mod tests {
             );
         }
         assert!(queue.lock().items.capacity() >= 10_000);
+        let trims = crate::trim::requests_on_this_thread();
         assert_eq!(drain(&queue).len(), 10_000);
+        assert_eq!(
+            crate::trim::requests_on_this_thread(),
+            trims + 1,
+            "the freed backlog is given back to the OS"
+        );
         {
             let state = queue.lock();
             assert!(
