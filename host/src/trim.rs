@@ -20,7 +20,7 @@
 use std::sync::{Condvar, Mutex, Once};
 use std::time::Duration;
 
-/// How long the trimmer waits after a request for more unloads to gather.
+/// How long the trimmer waits after a request for more requests to gather.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// The least time between two trims (a trim walks every arena under its lock).
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -29,7 +29,8 @@ static REQUESTED: Mutex<bool> = Mutex::new(false);
 static WAKE: Condvar = Condvar::new();
 static START: Once = Once::new();
 
-/// Asks for the heap's free pages to be given back soon (after an unload or a list).
+/// Asks for the heap's free pages to be given back soon (after an unload, a completed list or a
+/// drained backlog).
 pub(crate) fn request() {
     #[cfg(test)]
     REQUESTS.with(|requests| requests.set(requests.get() + 1));
