@@ -29,10 +29,12 @@
 //!    (`--store-child`): the cache's own cost.
 //! 3. **Initial list capacity** at the last count: the in-process runtime with the three plugins
 //!    started against every Pod; events per second until every plugin has handled its initial
-//!    adds.
+//!    adds. Then, side by side, `--list-rounds` rounds of `wasmformer run` and the client-go
+//!    informer each started afresh against every Pod, the one that goes first alternating: time
+//!    to synced and CPU per Pod, against one `serde_json` parse of the Pod (issue 17, item 1).
 //!
 //! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
-//! --namespaces 4 --create-budget 600 --settle 5 --logs DIR]` (`--logs`: keep each host's log). Needs `target/release/wasmformer`
+//! --namespaces 4 --create-budget 600 --settle 5 --list-rounds 3 --logs DIR]` (`--logs`: keep each host's log). Needs `target/release/wasmformer`
 //! (`cargo build --release -p wasmformer`). When creating up to a count would take longer than
 //! `--create-budget` seconds at the rate measured so far, that count is lowered to 50 000 and the
 //! report says so.
@@ -58,8 +60,8 @@ use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
 use wasmformer_tests::bench::pods::{PodFactory, PodTimes, create_pods, index_of, name_of};
 use wasmformer_tests::bench::proc::{
-    Breakdown, PeakSampler, ProcMem, load_average, print_loads_and_notes, proc_mem, reset_peak,
-    smaps_breakdown, steady_rss,
+    Breakdown, PeakSampler, ProcMem, cpu_time, load_average, print_loads_and_notes, proc_mem,
+    reset_peak, smaps_breakdown, steady_rss,
 };
 use wasmformer_tests::bench::units::{MIB, kib, mib, ms, p50_p99};
 use wasmformer_tests::guests;
@@ -82,6 +84,8 @@ struct Options {
     recovery: Option<usize>,
     /// `--outage S`: how long the outage of the recovery measurement lasts.
     outage: Duration,
+    /// `--list-rounds R`: rounds of the side-by-side initial list at the last count.
+    list_rounds: usize,
 }
 
 impl Options {
@@ -95,6 +99,7 @@ impl Options {
             logs: None,
             recovery: None,
             outage: Duration::from_secs(20),
+            list_rounds: 3,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -113,6 +118,7 @@ impl Options {
                 "--logs" => options.logs = Some(PathBuf::from(value()?)),
                 "--recovery" => options.recovery = Some(value()?.parse()?),
                 "--outage" => options.outage = Duration::from_secs(value()?.parse()?),
+                "--list-rounds" => options.list_rounds = value()?.parse()?,
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -122,8 +128,8 @@ impl Options {
             "--pods: increasing counts"
         );
         ensure!(
-            options.concurrency > 0 && options.namespaces > 0,
-            "--concurrency and --namespaces must be positive"
+            options.concurrency > 0 && options.namespaces > 0 && options.list_rounds > 0,
+            "--concurrency, --namespaces and --list-rounds must be positive"
         );
         Ok(options)
     }
@@ -365,6 +371,14 @@ struct MemRow {
     go_heap: u64,
     relist: Option<Relist>,
     strategy: String,
+}
+
+/// One round of the side-by-side initial list: each client started afresh against every Pod,
+/// its time from process start to synced and its CPU (user + system) by then.
+struct ListRound {
+    host_first: bool,
+    host: (Duration, Duration),
+    go: (Duration, Duration),
 }
 
 struct Relist {
@@ -657,6 +671,56 @@ impl Bench {
         Ok(took)
     }
 
+    /// Item 1 of issue 17, side by side: `wasmformer run` with one plugin and the client-go
+    /// informer, each started afresh against every Pod `rounds` times, one after the other, the
+    /// one that goes first alternating (the API server serves both the same data, and whatever
+    /// it is still doing after the creations falls on both alike). The time is from process
+    /// start to `/readyz` (every plugin has handled every add) and to the informer's last add
+    /// line; the CPU is the process's user + system time at that moment.
+    fn list_rounds(&self, rounds: usize) -> Result<Vec<ListRound>> {
+        let pods = self.created;
+        let timeout = Duration::from_secs(1800);
+        let host = || -> Result<(Duration, Duration)> {
+            let mut host = HostProcess::start(
+                self.work.path(),
+                &self.gated_kubeconfig,
+                HostSetup::one_plugin(guests::BENCH_EMPTY),
+            )?;
+            let took = host.wait_ready(timeout)?;
+            Ok((took, cpu_time(host.pid())?))
+        };
+        let go = || -> Result<(Duration, Duration)> {
+            let mut go = InformerPeer::client_go(&self.gated_kubeconfig, false)?;
+            let took = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
+            Ok((took, cpu_time(go.pid())?))
+        };
+        (0..rounds)
+            .map(|round| {
+                let host_first = round % 2 == 0;
+                let (host, go) = if host_first {
+                    let host = host()?;
+                    (host, go()?)
+                } else {
+                    let go = go()?;
+                    (host()?, go)
+                };
+                eprintln!(
+                    "initial list of {pods} Pods, round {}: wasmformer {:.1} s (CPU {:.1} s), client-go {:.1} s (CPU {:.1} s)",
+                    round + 1,
+                    host.0.as_secs_f64(),
+                    host.1.as_secs_f64(),
+                    go.0.as_secs_f64(),
+                    go.1.as_secs_f64()
+                );
+                Ok(ListRound {
+                    host_first,
+                    host,
+                    go,
+                })
+            })
+            .collect()
+    }
+
     /// A stored Pod as the host receives it (written to `pod.json` for the store-only child):
     /// its compact length, the compact body the cache keeps, and the cache's heap estimate.
     fn cached_pod_size(&self) -> Result<(usize, usize, usize)> {
@@ -701,6 +765,30 @@ fn store_child(n: usize, file: &Path) -> Result<()> {
         json!({ "objects": store.len(), "before": before, "after": after, "trimmed": trimmed })
     );
     Ok(())
+}
+
+/// One `serde_json::from_str::<Value>` of `text`, the floor item 1 of issue 17 names for the
+/// host's CPU per object: the median over five batches of 1,000 parses, in this process.
+fn parse_floor(text: &str) -> Result<Duration> {
+    const BATCH: u32 = 1_000;
+    let mut batches = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..BATCH {
+                std::hint::black_box(serde_json::from_str::<Value>(std::hint::black_box(text))?);
+            }
+            Ok(started.elapsed() / BATCH)
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    batches.sort();
+    Ok(batches[2])
+}
+
+/// The initial-list figures: the in-process runtime's, the side-by-side rounds, the parse floor.
+struct Lists {
+    in_process: Duration,
+    rounds: Vec<ListRound>,
+    parse: Duration,
 }
 
 /// RSS growth of a process that only fills a store with `n` copies of the Pod in `file`:
@@ -826,7 +914,15 @@ fn main() -> Result<()> {
         .iter()
         .map(|r| Ok((r.pods, store_only(r.pods, &pod_file)?)))
         .collect::<Result<_>>()?;
-    print_report(&bench, &rows, &live, sync, (full, body, heap), &store);
+    let rounds = bench.list_rounds(bench.options.list_rounds)?;
+    bench.record_load("initial list, side by side");
+    let parse = parse_floor(&std::fs::read_to_string(&pod_file)?)?;
+    let lists = Lists {
+        in_process: sync,
+        rounds,
+        parse,
+    };
+    print_report(&bench, &rows, &live, &lists, (full, body, heap), &store);
     Ok(())
 }
 
@@ -1035,7 +1131,7 @@ fn print_report(
     bench: &Bench,
     rows: &[MemRow],
     live: &Live,
-    sync: Duration,
+    lists: &Lists,
     (full, body, heap): (usize, usize, usize),
     store: &[(usize, (u64, u64))],
 ) {
@@ -1193,10 +1289,67 @@ fn print_report(
             1,
         );
     }
-    line("wasmformer in-process, 3 plugins", last.pods, sync, 3);
+    line(
+        "wasmformer in-process, 3 plugins",
+        last.pods,
+        lists.in_process,
+        3,
+    );
+    println!(
+        "\nThe rows above come from the memory phases, where `wasmformer run` starts first, right after the Pods were created, and client-go after it; the in-process runtime starts after the relists.\n"
+    );
+
+    let pods = last.pods;
+    println!(
+        "### Initial list side by side: {} rounds at {pods} Pods\n",
+        lists.rounds.len()
+    );
+    println!(
+        "Each round starts `wasmformer run` (one `bench-empty` plugin) and the client-go informer afresh against every Pod, one after the other, the one that goes first alternating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs.\n",
+        lists.parse.as_secs_f64() * 1e6
+    );
+    println!(
+        "| round | first | wasmformer time | CPU | CPU per Pod | client-go time | CPU | CPU per Pod | time, wasmformer / client-go |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let per_pod = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pods as f64;
+    for (n, r) in lists.rounds.iter().enumerate() {
+        println!(
+            "| {} | {} | {:.2} s | {:.2} s | {:.1} µs | {:.2} s | {:.2} s | {:.1} µs | {:.2}× |",
+            n + 1,
+            if r.host_first {
+                "wasmformer"
+            } else {
+                "client-go"
+            },
+            r.host.0.as_secs_f64(),
+            r.host.1.as_secs_f64(),
+            per_pod(r.host.1),
+            r.go.0.as_secs_f64(),
+            r.go.1.as_secs_f64(),
+            per_pod(r.go.1),
+            r.host.0.as_secs_f64() / r.go.0.as_secs_f64()
+        );
+    }
+    let median = |f: &dyn Fn(&ListRound) -> f64| {
+        let mut v: Vec<f64> = lists.rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let time_ratio = median(&|r| r.host.0.as_secs_f64() / r.go.0.as_secs_f64());
+    let cpu_ratio = median(&|r| per_pod(r.host.1)) / (lists.parse.as_secs_f64() * 1e6);
 
     println!("\n### Goals\n");
     println!("| goal | measured | met |\n|---|---|---|");
+    let met = |ok: bool| if ok { "yes" } else { "no" };
+    println!(
+        "| initial list ≤ 0.8× client-go's time at {pods} Pods (median of the rounds' ratios) | {time_ratio:.2}× | {} |",
+        met(time_ratio <= 0.8)
+    );
+    println!(
+        "| host CPU per Pod ≤ 1.5× one parse at {pods} Pods (median round) | {cpu_ratio:.2}× | {} |",
+        met(cpu_ratio <= 1.5)
+    );
     for row in &rows[1..] {
         let ratio = row.host as f64 / row.go as f64;
         // Issue 17, item 4 raised issue 3's goal (1/3) to 0.25.
