@@ -34,7 +34,8 @@
 //!    to synced and CPU per Pod, against one `serde_json` parse of the Pod (issue 17, item 1).
 //!
 //! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
-//! --namespaces 4 --create-budget 600 --settle 5 --list-rounds 3 --logs DIR]` (`--logs`: keep each host's log). Needs `target/release/wasmformer`
+//! --namespaces 4 --create-budget 600 --settle 5 --list-rounds 3 --list-baseline PATH --logs DIR]` (`--logs`: keep each host's log;
+//! `--list-baseline`: another `wasmformer` build in the side-by-side rounds too). Needs `target/release/wasmformer`
 //! (`cargo build --release -p wasmformer`). When creating up to a count would take longer than
 //! `--create-budget` seconds at the rate measured so far, that count is lowered to 50 000 and the
 //! report says so.
@@ -86,6 +87,8 @@ struct Options {
     outage: Duration,
     /// `--list-rounds R`: rounds of the side-by-side initial list at the last count.
     list_rounds: usize,
+    /// `--list-baseline PATH`: another `wasmformer` build in the side-by-side rounds too.
+    list_baseline: Option<PathBuf>,
 }
 
 impl Options {
@@ -100,6 +103,7 @@ impl Options {
             recovery: None,
             outage: Duration::from_secs(20),
             list_rounds: 3,
+            list_baseline: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -119,6 +123,7 @@ impl Options {
                 "--recovery" => options.recovery = Some(value()?.parse()?),
                 "--outage" => options.outage = Duration::from_secs(value()?.parse()?),
                 "--list-rounds" => options.list_rounds = value()?.parse()?,
+                "--list-baseline" => options.list_baseline = Some(PathBuf::from(value()?)),
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -376,9 +381,12 @@ struct MemRow {
 /// One round of the side-by-side initial list: each client started afresh against every Pod,
 /// its time from process start to synced and its CPU (user + system) by then.
 struct ListRound {
-    host_first: bool,
+    /// Who went first: `wasmformer`, `baseline` or `client-go`.
+    first: &'static str,
     host: (Duration, Duration),
     go: (Duration, Duration),
+    /// The `--list-baseline` build's, when given.
+    baseline: Option<(Duration, Duration)>,
 }
 
 struct Relist {
@@ -672,20 +680,22 @@ impl Bench {
     }
 
     /// Item 1 of issue 17, side by side: `wasmformer run` with one plugin and the client-go
-    /// informer, each started afresh against every Pod `rounds` times, one after the other, the
-    /// one that goes first alternating (the API server serves both the same data, and whatever
-    /// it is still doing after the creations falls on both alike). The time is from process
-    /// start to `/readyz` (every plugin has handled every add) and to the informer's last add
-    /// line; the CPU is the process's user + system time at that moment.
+    /// informer (and the `--list-baseline` build, if given), each started afresh against every
+    /// Pod `rounds` times, one after the other, the one that goes first rotating (the API server
+    /// serves each the same data, and whatever it is still doing after the creations falls on
+    /// all alike). The time is from process start to `/readyz` (every plugin has handled every
+    /// add) and to the informer's last add line; the CPU is the process's user + system time at
+    /// that moment.
     fn list_rounds(&self, rounds: usize) -> Result<Vec<ListRound>> {
         let pods = self.created;
         let timeout = Duration::from_secs(1800);
-        let host = || -> Result<(Duration, Duration)> {
-            let mut host = HostProcess::start(
-                self.work.path(),
-                &self.gated_kubeconfig,
-                HostSetup::one_plugin(guests::BENCH_EMPTY),
-            )?;
+        let host = |binary: Option<&Path>| -> Result<(Duration, Duration)> {
+            let (work, kubeconfig) = (self.work.path(), &self.gated_kubeconfig);
+            let setup = HostSetup::one_plugin(guests::BENCH_EMPTY);
+            let mut host = match binary {
+                Some(binary) => HostProcess::start_binary(binary, work, kubeconfig, setup)?,
+                None => HostProcess::start(work, kubeconfig, setup)?,
+            };
             let took = host.wait_ready(timeout)?;
             Ok((took, cpu_time(host.pid())?))
         };
@@ -694,28 +704,36 @@ impl Bench {
             let took = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
             Ok((took, cpu_time(go.pid())?))
         };
+        let baseline = self.options.list_baseline.as_deref();
+        let mut order = vec!["wasmformer", "client-go"];
+        if baseline.is_some() {
+            order.insert(1, "baseline");
+        }
+        let secs = |d: Duration| d.as_secs_f64();
         (0..rounds)
             .map(|round| {
-                let host_first = round % 2 == 0;
-                let (host, go) = if host_first {
-                    let host = host()?;
-                    (host, go()?)
-                } else {
-                    let go = go()?;
-                    (host()?, go)
-                };
-                eprintln!(
-                    "initial list of {pods} Pods, round {}: wasmformer {:.1} s (CPU {:.1} s), client-go {:.1} s (CPU {:.1} s)",
-                    round + 1,
-                    host.0.as_secs_f64(),
-                    host.1.as_secs_f64(),
-                    go.0.as_secs_f64(),
-                    go.1.as_secs_f64()
-                );
+                let mut turn = order.clone();
+                turn.rotate_left(round % order.len());
+                let mut figures = std::collections::HashMap::new();
+                for who in &turn {
+                    let took = match *who {
+                        "wasmformer" => host(None)?,
+                        "baseline" => host(baseline)?,
+                        _ => go()?,
+                    };
+                    eprintln!(
+                        "initial list of {pods} Pods, round {}: {who} {:.1} s (CPU {:.1} s)",
+                        round + 1,
+                        secs(took.0),
+                        secs(took.1)
+                    );
+                    figures.insert(*who, took);
+                }
                 Ok(ListRound {
-                    host_first,
-                    host,
-                    go,
+                    first: turn[0],
+                    host: figures["wasmformer"],
+                    go: figures["client-go"],
+                    baseline: figures.get("baseline").copied(),
                 })
             })
             .collect()
@@ -1304,30 +1322,50 @@ fn print_report(
         "### Initial list side by side: {} rounds at {pods} Pods\n",
         lists.rounds.len()
     );
+    let baseline = bench.options.list_baseline.as_ref();
     println!(
-        "Each round starts `wasmformer run` (one `bench-empty` plugin) and the client-go informer afresh against every Pod, one after the other, the one that goes first alternating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs.\n",
+        "Each round starts `wasmformer run` (one `bench-empty` plugin){} and the client-go informer afresh against every Pod, one after the other, the one that goes first rotating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs.\n",
+        baseline.map_or(String::new(), |b| format!(
+            ", the baseline build `{}` (the same plugin)",
+            b.display()
+        )),
         lists.parse.as_secs_f64() * 1e6
     );
-    println!(
-        "| round | first | wasmformer time | CPU | CPU per Pod | client-go time | CPU | CPU per Pod | time, wasmformer / client-go |"
-    );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let per_pod = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pods as f64;
+    let cells = |(time, cpu): (Duration, Duration)| {
+        format!(
+            "{:.2} s | {:.2} s | {:.1} µs",
+            time.as_secs_f64(),
+            cpu.as_secs_f64(),
+            per_pod(cpu)
+        )
+    };
+    let (head, rule) = if baseline.is_some() {
+        (
+            " baseline time | CPU | CPU per Pod | time, baseline / client-go |",
+            "---:|---:|---:|---:|",
+        )
+    } else {
+        ("", "")
+    };
+    println!(
+        "| round | first | wasmformer time | CPU | CPU per Pod | client-go time | CPU | CPU per Pod | time, wasmformer / client-go |{head}"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|{rule}");
     for (n, r) in lists.rounds.iter().enumerate() {
+        let extra = r.baseline.map_or(String::new(), |b| {
+            format!(
+                " {} | {:.2}× |",
+                cells(b),
+                b.0.as_secs_f64() / r.go.0.as_secs_f64()
+            )
+        });
         println!(
-            "| {} | {} | {:.2} s | {:.2} s | {:.1} µs | {:.2} s | {:.2} s | {:.1} µs | {:.2}× |",
+            "| {} | {} | {} | {} | {:.2}× |{extra}",
             n + 1,
-            if r.host_first {
-                "wasmformer"
-            } else {
-                "client-go"
-            },
-            r.host.0.as_secs_f64(),
-            r.host.1.as_secs_f64(),
-            per_pod(r.host.1),
-            r.go.0.as_secs_f64(),
-            r.go.1.as_secs_f64(),
-            per_pod(r.go.1),
+            r.first,
+            cells(r.host),
+            cells(r.go),
             r.host.0.as_secs_f64() / r.go.0.as_secs_f64()
         );
     }
@@ -1338,6 +1376,13 @@ fn print_report(
     };
     let time_ratio = median(&|r| r.host.0.as_secs_f64() / r.go.0.as_secs_f64());
     let cpu_ratio = median(&|r| per_pod(r.host.1)) / (lists.parse.as_secs_f64() * 1e6);
+    if baseline.is_some() {
+        let against = median(&|r| {
+            r.baseline
+                .map_or(f64::NAN, |b| r.host.0.as_secs_f64() / b.0.as_secs_f64())
+        });
+        println!("\nwasmformer / baseline, time (median of the rounds' ratios): {against:.2}×.");
+    }
 
     println!("\n### Goals\n");
     println!("| goal | measured | met |\n|---|---|---|");

@@ -331,6 +331,44 @@ fn initial_requests(dev: &DevCluster, strategy: ListStrategy) -> usize {
     }
 }
 
+/// A paged LIST (`page_size`) delivers every object, in order, each page asked for once.
+#[tokio::test]
+async fn a_paged_list_asks_for_each_page_once_and_delivers_every_object() {
+    let dev = dev_cluster().await;
+    let names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
+    for name in &names {
+        create_pod(&dev, name, "web", "n1");
+    }
+    let settings = WatchSettings {
+        page_size: 2,
+        ..settings(ListStrategy::List)
+    };
+    let factory = InformerFactory::new(dev.client().unwrap(), settings);
+    let recorder = Arc::new(Recorder::default());
+    let subscription = factory
+        .subscribe(
+            InformerKey::new(pods(), true).namespace("default"),
+            &StoreOptions::default(),
+            recorder.clone(),
+        )
+        .unwrap();
+    let lines = recorder.wait_for("synced").await;
+    let added: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("add "))
+        .map(|l| l.split('@').next().unwrap())
+        .collect();
+    assert_eq!(added, names, "{lines:?}");
+    assert_eq!(subscription.informer().store().len(), names.len());
+
+    let lists = pod_requests(&dev, Verb::List);
+    let tokens: Vec<Option<&str>> = lists.iter().map(|r| r.param("continue")).collect();
+    assert_eq!(tokens.len(), 4, "7 Pods in pages of 2: {lists:?}");
+    assert_eq!(tokens[0], None);
+    let later: std::collections::HashSet<_> = tokens[1..].iter().flatten().collect();
+    assert_eq!(later.len(), 3, "pages 2-4 each asked for once: {lists:?}");
+}
+
 #[tokio::test]
 async fn a_closed_watch_resumes_from_its_resource_version_without_relisting() {
     for strategy in STRATEGIES {

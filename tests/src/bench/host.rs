@@ -84,6 +84,16 @@ impl HostProcess {
             || repo_root().join("target/release/wasmformer"),
             PathBuf::from,
         );
+        Self::start_binary(&binary, work, kubeconfig, setup)
+    }
+
+    /// [`Self::start`] with another `wasmformer` binary (a build to compare side by side).
+    pub fn start_binary(
+        binary: &Path,
+        work: &Path,
+        kubeconfig: &Path,
+        setup: HostSetup<'_>,
+    ) -> Result<Self> {
         ensure!(
             binary.exists(),
             "{} is missing: run `cargo build --release -p wasmformer`",
