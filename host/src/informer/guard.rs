@@ -25,13 +25,12 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use kube::Client;
 use kube::client::Body;
 use serde_json::value::RawValue;
 
 use super::informer::LastError;
-use super::prefetch::Prefetch;
 
 /// How much of an oversize line is kept to name the object in the error.
 const PREFIX_KEPT: usize = 16 << 10;
@@ -282,23 +281,17 @@ fn guard_body(body: Body, guard: LineGuard) -> AnyBody {
 }
 
 /// `client`, with the body of every WATCH response passed through a [`LineGuard`] that reports
-/// to `health`, and paged LISTs fetched one page ahead ([`Prefetch`]).
+/// to `health`.
 pub(crate) fn guarded_client(
     client: Client,
     max_object_bytes: usize,
     health: Arc<StreamHealth>,
 ) -> Client {
     let namespace = client.default_namespace().to_owned();
-    let prefetch = Arc::new(Prefetch::default());
     let service = tower::service_fn(move |request: http::Request<Body>| {
         let client = client.clone();
         let health = health.clone();
-        let prefetch = prefetch.clone();
         async move {
-            if Prefetch::handles(&request) {
-                let page = prefetch.page(&client, request).await?;
-                return Ok(page.map(|body| Full::new(body).map_err(Into::into).boxed_unsync()));
-            }
             let watch = request
                 .uri()
                 .query()

@@ -16,8 +16,6 @@
 //!   errors are explained ([`WatchError`]).
 //! - [`guard`]: what stands between a watch stream and kube's decoder: event lines over
 //!   `host.maxObjectBytes` are dropped and named, undecodable ones counted and the watch restarted.
-//! - [`prefetch`]: LIST pages fetched one ahead, so the server encodes a page while the host
-//!   decodes the one before.
 //! - [`retry`]: when an informer tries again after a failure: at once after a single `410 Gone`,
 //!   with backoff otherwise, early when a server that could not be reached answers again.
 //! - [`factory`]: the [`InformerFactory`], which shares one informer among every subscriber of an
@@ -28,7 +26,6 @@ pub mod factory;
 mod guard;
 #[allow(clippy::module_inception)]
 pub mod informer;
-mod prefetch;
 pub mod reflector;
 mod retry;
 pub mod spec;
