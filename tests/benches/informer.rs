@@ -59,12 +59,14 @@ use wasmformer::runtime::{Runtime, RuntimeOptions};
 use wasmformer_tests::apiserver::KubeApiserver;
 use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
-use wasmformer_tests::bench::pods::{PodFactory, PodTimes, create_pods, index_of, name_of};
+use wasmformer_tests::bench::pods::{
+    PodFactory, PodTimes, create_pods, index_of, name_of, parse_time,
+};
 use wasmformer_tests::bench::proc::{
     Breakdown, PeakSampler, ProcMem, cpu_time, load_average, print_loads_and_notes, proc_mem,
     reset_peak, smaps_breakdown, steady_rss,
 };
-use wasmformer_tests::bench::units::{MIB, kib, mib, ms, p50_p99};
+use wasmformer_tests::bench::units::{MIB, kib, median_f64, mib, ms, p50_p99};
 use wasmformer_tests::guests;
 
 /// What a count is lowered to when creating up to it would exceed the budget.
@@ -785,23 +787,6 @@ fn store_child(n: usize, file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// One `serde_json::from_str::<Value>` of `text`, the floor item 1 of issue 17 names for the
-/// host's CPU per object: the median over five batches of 1,000 parses, in this process.
-fn parse_floor(text: &str) -> Result<Duration> {
-    const BATCH: u32 = 1_000;
-    let mut batches = (0..5)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..BATCH {
-                std::hint::black_box(serde_json::from_str::<Value>(std::hint::black_box(text))?);
-            }
-            Ok(started.elapsed() / BATCH)
-        })
-        .collect::<Result<Vec<_>, serde_json::Error>>()?;
-    batches.sort();
-    Ok(batches[2])
-}
-
 /// The initial-list figures: the in-process runtime's, the side-by-side rounds, the parse floor.
 struct Lists {
     in_process: Duration,
@@ -934,7 +919,7 @@ fn main() -> Result<()> {
         .collect::<Result<_>>()?;
     let rounds = bench.list_rounds(bench.options.list_rounds)?;
     bench.record_load("initial list, side by side");
-    let parse = parse_floor(&std::fs::read_to_string(&pod_file)?)?;
+    let parse = parse_time(&std::fs::read_to_string(&pod_file)?, 5, 1_000)?;
     let lists = Lists {
         in_process: sync,
         rounds,
@@ -1369,11 +1354,7 @@ fn print_report(
             r.host.0.as_secs_f64() / r.go.0.as_secs_f64()
         );
     }
-    let median = |f: &dyn Fn(&ListRound) -> f64| {
-        let mut v: Vec<f64> = lists.rounds.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let median = |f: &dyn Fn(&ListRound) -> f64| median_f64(lists.rounds.iter().map(f).collect());
     let time_ratio = median(&|r| r.host.0.as_secs_f64() / r.go.0.as_secs_f64());
     let cpu_ratio = median(&|r| per_pod(r.host.1)) / (lists.parse.as_secs_f64() * 1e6);
     if baseline.is_some() {

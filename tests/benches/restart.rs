@@ -28,6 +28,7 @@ use wasmformer::metrics::Format;
 use wasmformer::plugin::PluginEngine;
 use wasmformer::runtime::{Runtime, RuntimeOptions};
 use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::bench::units::median;
 use wasmformer_tests::{guests, realistic_pod};
 
 struct Args {
@@ -153,11 +154,6 @@ async fn fill(api: &Api<Pod>, count: usize, fixture: Option<&std::path::Path>) -
 async fn plugin_synced(runtime: &Runtime) -> bool {
     let statuses = runtime.statuses().await;
     !statuses.is_empty() && statuses.iter().all(|s| s.synced && !s.version.is_empty())
-}
-
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values[values.len() / 2]
 }
 
 fn main() -> Result<()> {

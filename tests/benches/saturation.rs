@@ -41,10 +41,11 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
+use wasmformer_tests::bench::pods::parse_time;
 use wasmformer_tests::bench::proc::{
     cpu_time, load_average, print_loads_and_notes, proc_mem, stop_child,
 };
-use wasmformer_tests::bench::units::mib;
+use wasmformer_tests::bench::units::{median_f64, mib};
 use wasmformer_tests::{guests, shared_dir};
 
 /// Handlers (plugins) fed by the one watch, for wasmformer and client-go.
@@ -474,25 +475,11 @@ fn main() -> Result<()> {
 /// (compact, managedFields kept), over batches of 2,000.
 fn one_parse() -> Duration {
     let text = serde_json::to_string(&wasmformer_tests::realistic_pod()).unwrap();
-    let batches: Vec<f64> = (0..15)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..2_000 {
-                std::hint::black_box(serde_json::from_str::<Value>(&text).unwrap());
-            }
-            started.elapsed().as_secs_f64() / 2_000.0
-        })
-        .collect();
-    Duration::from_secs_f64(median(batches))
+    parse_time(&text, 15, 2_000).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
 // The report
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
 
 fn print_report(options: &Options, parse: Duration, stages: &[(Stage, Vec<Measured>)]) {
     for (stage, measured) in stages {
@@ -530,13 +517,13 @@ fn print_table(options: &Options, parse: Duration, stage: Stage, measured: &[Mea
     let mut medians = Vec::new();
     for client in Contender::ALL {
         let runs: Vec<&Measured> = measured.iter().filter(|m| m.client == client).collect();
-        let per_handler = median(runs.iter().map(|m| rate(m)).collect());
-        let cpu = median(
+        let per_handler = median_f64(runs.iter().map(|m| rate(m)).collect());
+        let cpu = median_f64(
             runs.iter()
                 .map(|m| m.cpu.as_secs_f64() / options.pods as f64)
                 .collect(),
         );
-        let peak = median(runs.iter().map(|m| m.peak as f64).collect());
+        let peak = median_f64(runs.iter().map(|m| m.peak as f64).collect());
         let each: Vec<String> = runs.iter().map(|m| format!("{:.0}", rate(m))).collect();
         println!(
             "| {} | {} | {:.0} | {:.0} | {:.1} µs | {:.1}× | {} | {} |",

@@ -26,6 +26,7 @@ use wasmformer::plugin::{
 };
 use wasmformer::writer::{PluginWriter, Recording, Sink, WriteSettings};
 use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::bench::units::median;
 use wasmformer_tests::guests;
 use wasmformer_tests::writer::{WriterProbe, apply};
 
@@ -35,11 +36,6 @@ const CALLS: usize = 2000;
 
 fn cm(ns: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"a": "1"}})
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
 }
 
 /// The median time of `calls` handler calls delivering `data`.

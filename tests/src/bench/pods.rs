@@ -228,3 +228,19 @@ pub async fn label_pods(
     }
     Ok(versions)
 }
+
+/// One `serde_json::from_str::<Value>` of `text` (a Pod as a server sends it): the floor issue
+/// 17 names for a client's CPU per object. The median over `batches` batches of `per_batch`
+/// parses, in this process.
+pub fn parse_time(text: &str, batches: usize, per_batch: u32) -> Result<Duration> {
+    let times = (0..batches)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..per_batch {
+                std::hint::black_box(serde_json::from_str::<Value>(std::hint::black_box(text))?);
+            }
+            Ok(started.elapsed() / per_batch)
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    Ok(crate::bench::units::median(times))
+}

@@ -13,6 +13,18 @@ pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
+/// The median of `values` (of an even count, the upper one); panics on none.
+pub fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+/// [`median`] of numbers, in `f64::total_cmp`'s order (a NaN sorts last).
+pub fn median_f64(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// p50 and p99 of `values`.
 pub fn p50_p99(mut values: Vec<Duration>) -> (Duration, Duration) {
     values.sort();
