@@ -30,7 +30,7 @@
 //! 3. **Initial list capacity** at the last count: the in-process runtime with the three plugins
 //!    started against every Pod; events per second until every plugin has handled its initial
 //!    adds. Then, side by side, `--list-rounds` rounds of `wasmformer run` and the client-go
-//!    informer each started afresh against every Pod, the one that goes first alternating: time
+//!    informer each started afresh against every Pod, the one that goes first rotating: time
 //!    to synced and CPU per Pod, against one `serde_json` parse of the Pod (issue 17, item 1).
 //!
 //! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
@@ -380,11 +380,29 @@ struct MemRow {
     strategy: String,
 }
 
+/// A client in the side-by-side initial list.
+#[derive(Clone, Copy)]
+enum Lister {
+    Wasmformer,
+    /// The `--list-baseline` build.
+    Baseline,
+    ClientGo,
+}
+
+impl Lister {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Wasmformer => "wasmformer",
+            Self::Baseline => "baseline",
+            Self::ClientGo => "client-go",
+        }
+    }
+}
+
 /// One round of the side-by-side initial list: each client started afresh against every Pod,
 /// its time from process start to synced and its CPU (user + system) by then.
 struct ListRound {
-    /// Who went first: `wasmformer`, `baseline` or `client-go`.
-    first: &'static str,
+    first: Lister,
     host: (Duration, Duration),
     go: (Duration, Duration),
     /// The `--list-baseline` build's, when given.
@@ -707,36 +725,40 @@ impl Bench {
             Ok((took, cpu_time(go.pid())?))
         };
         let baseline = self.options.list_baseline.as_deref();
-        let mut order = vec!["wasmformer", "client-go"];
+        let mut order = vec![Lister::Wasmformer, Lister::ClientGo];
         if baseline.is_some() {
-            order.insert(1, "baseline");
+            order.insert(1, Lister::Baseline);
         }
-        let secs = |d: Duration| d.as_secs_f64();
         (0..rounds)
             .map(|round| {
                 let mut turn = order.clone();
                 turn.rotate_left(round % order.len());
-                let mut figures = std::collections::HashMap::new();
-                for who in &turn {
-                    let took = match *who {
-                        "wasmformer" => host(None)?,
-                        "baseline" => host(baseline)?,
-                        _ => go()?,
+                let mut row = ListRound {
+                    first: turn[0],
+                    host: Default::default(),
+                    go: Default::default(),
+                    baseline: None,
+                };
+                for who in turn {
+                    let took = match who {
+                        Lister::Wasmformer => host(None)?,
+                        Lister::Baseline => host(baseline)?,
+                        Lister::ClientGo => go()?,
                     };
                     eprintln!(
-                        "initial list of {pods} Pods, round {}: {who} {:.1} s (CPU {:.1} s)",
+                        "initial list of {pods} Pods, round {}: {} {:.1} s (CPU {:.1} s)",
                         round + 1,
-                        secs(took.0),
-                        secs(took.1)
+                        who.name(),
+                        took.0.as_secs_f64(),
+                        took.1.as_secs_f64()
                     );
-                    figures.insert(*who, took);
+                    match who {
+                        Lister::Wasmformer => row.host = took,
+                        Lister::Baseline => row.baseline = Some(took),
+                        Lister::ClientGo => row.go = took,
+                    }
                 }
-                Ok(ListRound {
-                    first: turn[0],
-                    host: figures["wasmformer"],
-                    go: figures["client-go"],
-                    baseline: figures.get("baseline").copied(),
-                })
+                Ok(row)
             })
             .collect()
     }
@@ -1348,7 +1370,7 @@ fn print_report(
         println!(
             "| {} | {} | {} | {} | {:.2}× |{extra}",
             n + 1,
-            r.first,
+            r.first.name(),
             cells(r.host),
             cells(r.go),
             r.host.0.as_secs_f64() / r.go.0.as_secs_f64()
