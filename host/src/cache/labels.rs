@@ -39,9 +39,39 @@ impl Labels {
         std::iter::from_fn(move || Some((fields.next()?, fields.next()?)))
     }
 
-    /// The value of `key`.
+    /// The value of `key`. Each key is compared in place, and the walk stops at the first key
+    /// past `key` (they are in order), skipping a label by finding its separators eight bytes at a
+    /// time: a selector tests this for every object a list walks, and splitting the labels into
+    /// fields as [`Labels::iter`] does cost nearly four times the instructions.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let (packed, key) = (self.packed.as_bytes(), key.as_bytes());
+        if key.contains(&0) {
+            return None; // no label key holds a NUL (and the walk relies on it)
+        }
+        let mut at = 0;
+        while at < packed.len() {
+            // `packed[at..]` is `label key \0 value \0 …`; a label key holds no NUL, so the first
+            // byte where it differs from `key` orders the two.
+            let entry = &packed[at..];
+            let same = common_prefix(entry, key);
+            if same == key.len() {
+                return match entry.get(same) {
+                    // The label key is `key`: its value runs to the next separator.
+                    Some(0) => {
+                        let value = at + same + 1;
+                        Some(&self.packed[value..nul_from(packed, value)])
+                    }
+                    // A longer label key with `key` as its prefix: past `key`.
+                    _ => None,
+                };
+            }
+            if entry[same] > key[same] {
+                return None;
+            }
+            // Before `key` (its NUL, or a smaller byte, at `same`): skip its key and value.
+            at = nul_from(packed, nul_from(packed, at + same) + 1) + 1;
+        }
+        None
     }
 
     /// The keys in order.
@@ -68,6 +98,49 @@ impl Labels {
     pub(crate) fn heap_size(&self) -> usize {
         self.packed.len()
     }
+}
+
+/// How many bytes `a` and `b` share at their start, found eight bytes a step.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let len = a.len().min(b.len());
+    if len == 0 || a[0] != b[0] {
+        return 0; // most label keys differ from the one sought at once
+    }
+    let mut at = 0;
+    while at + 8 <= len {
+        let word = |s: &[u8]| u64::from_le_bytes(s[at..at + 8].try_into().expect("eight bytes"));
+        let differ = word(a) ^ word(b);
+        if differ != 0 {
+            return at + differ.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    at + a[at..len]
+        .iter()
+        .zip(&b[at..len])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Where the first NUL at or after `from` is in `bytes`, or `bytes.len()`: eight bytes a step
+/// (a `memchr` costs more to set up than the few bytes of a label take to scan).
+fn nul_from(bytes: &[u8], from: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut at = from;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        // The lowest byte whose high bit this sets is the first zero byte.
+        let zeros = word.wrapping_sub(ONES) & !word & HIGHS;
+        if zeros != 0 {
+            return at + zeros.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    bytes[at.min(bytes.len())..]
+        .iter()
+        .position(|&b| b == 0)
+        .map_or(bytes.len(), |i| at + i)
 }
 
 impl fmt::Debug for Labels {
@@ -112,5 +185,20 @@ mod tests {
         assert!(Labels::default().iter().next().is_none());
         let nul: BTreeMap<String, String> = [("k".to_owned(), "v\0".to_owned())].into();
         assert!(Labels::new(&nul).is_none());
+    }
+
+    proptest::proptest! {
+        /// `get` answers what a map lookup does, for keys present, absent, prefixes of present
+        /// keys and keys between them (the walk stops early on order).
+        #[test]
+        fn get_answers_as_a_map_does(
+            map in proptest::collection::btree_map("[a-c./]{0,4}", "[a-c]{0,3}", 0..6),
+            probes in proptest::collection::vec("[a-c./\\x00]{0,5}", 0..8),
+        ) {
+            let labels = Labels::new(&map).unwrap();
+            for key in map.keys().chain(&probes) {
+                proptest::prop_assert_eq!(labels.get(key), map.get(key).map(String::as_str), "key {:?}", key);
+            }
+        }
     }
 }
