@@ -212,11 +212,6 @@ impl CachedObject {
         &self.body
     }
 
-    /// The body, shared with the cache.
-    pub fn shared_body(&self) -> Arc<str> {
-        self.body.clone()
-    }
-
     /// The object's values for its store's `i`-th index.
     pub(crate) fn index_values(&self, i: usize) -> &[String] {
         self.index_values.get(i).map_or(&[], |v| v)

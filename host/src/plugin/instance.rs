@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 
 use super::engine::EPOCH_TICK;
-use super::host::{DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded};
+use super::host::{
+    DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded, PackedKind,
+};
 use super::world::Bindings as PluginBindings;
 use super::{CallError, Limits, LoadedPlugin, StateError, TrapKind};
 use crate::cache::{Event, Gvk};
@@ -45,6 +47,8 @@ pub struct PluginInstance {
     activations: u64,
     /// A restore that failed while creating an instance, not yet reported.
     state_error: Option<StateError>,
+    /// The kind of the last event delivered, packed for the objects' `meta`.
+    kind: Option<PackedKind>,
 }
 
 struct Live {
@@ -82,6 +86,7 @@ impl PluginInstance {
             unloaded: false,
             activations: 0,
             state_error: None,
+            kind: None,
         };
         instance.ensure_live()?;
         Ok(instance)
@@ -212,9 +217,10 @@ impl PluginInstance {
             return Ok(());
         }
         self.calls += 1;
+        let kind = PackedKind::reuse(&mut self.kind, gvk);
         let result = self.ensure_live().and_then(|_| {
             let (result, retry) = self.call(|bindings, store| {
-                let result = bindings.call_event(store, gvk, event);
+                let result = bindings.call_event(store, &kind, event);
                 Ok((result?, store.data().retry_requested))
             })?;
             result.map_err(|message| match retry {

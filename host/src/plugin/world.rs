@@ -13,7 +13,7 @@ use super::bindings_state::{StateExport, StateExportIndices};
 use super::bindings::{self, wasmformer::plugin::types};
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
-use super::host::{HostState, SharedObject};
+use super::host::{HostState, PackedKind, SharedObject};
 use crate::cache::{Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
@@ -222,10 +222,10 @@ impl Bindings {
     pub fn call_event(
         &self,
         store: &mut Store<HostState>,
-        gvk: &Gvk,
+        kind: &PackedKind,
         event: &Event,
     ) -> wasmtime::Result<Result<(), String>> {
-        let object = |obj| SharedObject::new(gvk, obj);
+        let object = |obj| SharedObject::new(*kind, obj);
         let events = match &self.world {
             World::Current(_, events) | World::Controller(_, events) => events,
             World::V02(b) => {

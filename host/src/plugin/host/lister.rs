@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, Lift, Linker, WasmStr};
 
-use super::{HostState, SharedObject};
+use super::{HostState, PackedKind, SharedObject};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
 use crate::metrics::ListerCalls;
 use crate::plugin::bindings::wasmformer::plugin::lister::Error;
@@ -40,6 +40,8 @@ pub struct Grants {
 #[derive(Debug, Clone)]
 struct GrantedKind {
     gvk: Gvk,
+    /// `gvk` packed for the `meta` of every object answered.
+    packed: PackedKind,
     sources: Vec<Arc<dyn StoreSource>>,
     counters: [OnceLock<Counter>; OUTCOMES.len()],
 }
@@ -125,6 +127,7 @@ impl Grants {
         match self.kinds.iter_mut().find(|granted| granted.gvk == gvk) {
             Some(granted) => granted.sources.push(source),
             None => self.kinds.push(GrantedKind {
+                packed: PackedKind::new(&gvk),
                 gvk,
                 sources: vec![source],
                 counters: Default::default(),
@@ -326,7 +329,7 @@ impl HostState {
         self.answer(kind, "get", |granted| {
             granted
                 .get(namespace, name)
-                .map(|obj| SharedObject::new(&granted.gvk, &obj))
+                .map(|obj| SharedObject::new(granted.packed, &obj))
                 .ok_or(Error::NotFound)
         })
     }
@@ -346,7 +349,7 @@ impl HostState {
                 .granted()
                 .list(namespace, &selector)
                 .iter()
-                .map(|o| SharedObject::new(&granted.gvk, o))
+                .map(|o| SharedObject::new(granted.packed, o))
                 .collect())
         })
     }
@@ -365,7 +368,7 @@ impl HostState {
                 .map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects
                 .iter()
-                .map(|o| SharedObject::new(&granted.gvk, o))
+                .map(|o| SharedObject::new(granted.packed, o))
                 .collect())
         })
     }
