@@ -238,25 +238,52 @@ impl SharedObject {
         String::from_utf8(bytes).expect("the cache's strings joined by NULs")
     }
 
-    /// Lowers `meta` and the body into the guest: their addresses and lengths. `meta` is written
-    /// straight into the memory the guest allocates for it (UTF-8, what Rust, Python and
-    /// JavaScript guests take; a guest that asked for UTF-16 gets wasmtime's own lowering of the
-    /// string built on the host). Building it as a host `String` first cost a `malloc`, a `free`
-    /// and a copy per object.
+    /// Lowers `meta` and the body into the guest, and with `record_at` the record's two pointer
+    /// pairs at that offset: the addresses and lengths. `meta` is written straight into the memory
+    /// the guest allocates for it (UTF-8, what Rust, Python and JavaScript guests take; a guest
+    /// that asked for UTF-16 gets wasmtime's own lowering of the string built on the host), and
+    /// everything is written through one look-up of the guest's memory (each costs one; a listed
+    /// object made four). Building `meta` as a host `String` first cost a `malloc`, a `free` and a
+    /// copy per object.
     fn lower_fields<T>(
         &self,
         cx: &mut LowerContext<'_, T>,
+        record_at: Option<usize>,
     ) -> wasmtime::Result<[(usize, usize); 2]> {
-        let meta = if matches!(cx.options().string_encoding, StringEncoding::Utf8) {
-            let len = self.meta_len();
-            let ptr = cx.realloc(0, 0, 1, len)?;
-            self.write_meta(&mut cx.as_slice_mut()[ptr..][..len]);
-            (ptr, len)
-        } else {
-            lower_str(cx, &self.meta())?
-        };
-        Ok([meta, lower_str(cx, self.object.body())?])
+        if !matches!(cx.options().string_encoding, StringEncoding::Utf8) {
+            let fields = [
+                lower_str(cx, &self.meta())?,
+                lower_str(cx, self.object.body())?,
+            ];
+            if let Some(at) = record_at {
+                *cx.get::<RECORD_BYTES>(at) = record_bytes(fields)?;
+            }
+            return Ok(fields);
+        }
+        let body = self.object.body().as_bytes();
+        let meta_len = self.meta_len();
+        let fields = [
+            (cx.realloc(0, 0, 1, meta_len)?, meta_len),
+            (cx.realloc(0, 0, 1, body.len())?, body.len()),
+        ];
+        let memory = cx.as_slice_mut();
+        self.write_meta(&mut memory[fields[0].0..][..meta_len]);
+        memory[fields[1].0..][..body.len()].copy_from_slice(body);
+        if let Some(at) = record_at {
+            memory[at..][..RECORD_BYTES].copy_from_slice(&record_bytes(fields)?);
+        }
+        Ok(fields)
     }
+}
+
+/// The record's bytes in a guest's memory: the two pointer pairs, little-endian.
+fn record_bytes(fields: [(usize, usize); 2]) -> wasmtime::Result<[u8; RECORD_BYTES]> {
+    let [(meta, meta_len), (body, body_len)] = fields;
+    let mut record = [0; RECORD_BYTES];
+    for (i, value) in [meta, meta_len, body, body_len].into_iter().enumerate() {
+        record[4 * i..4 * i + 4].copy_from_slice(&u32::try_from(value)?.to_le_bytes());
+    }
+    Ok(record)
 }
 
 /// Lowers `text` as wasmtime lowers a `string`: its address and length in the guest.
@@ -300,7 +327,7 @@ unsafe impl Lower for SharedObject {
         _ty: InterfaceType,
         dst: &mut MaybeUninit<[ValRaw; 4]>,
     ) -> wasmtime::Result<()> {
-        let [(meta, meta_len), (body, body_len)] = self.lower_fields(cx)?;
+        let [(meta, meta_len), (body, body_len)] = self.lower_fields(cx, None)?;
         // Pointers and lengths are written as 64-bit values, as wasmtime writes a string's.
         dst.write([meta, meta_len, body, body_len].map(|v| ValRaw::i64(v as i64)));
         Ok(())
@@ -313,14 +340,8 @@ unsafe impl Lower for SharedObject {
         offset: usize,
     ) -> wasmtime::Result<()> {
         debug_assert!(offset.is_multiple_of(Self::ALIGN32 as usize));
-        // The two pointer pairs are adjacent (checked by the test of the record's layout), so the
-        // record is written with one bounds check: each `get` looks the memory up again.
-        let [(meta, meta_len), (body, body_len)] = self.lower_fields(cx)?;
-        let mut record = [0; RECORD_BYTES];
-        for (i, value) in [meta, meta_len, body, body_len].into_iter().enumerate() {
-            record[4 * i..4 * i + 4].copy_from_slice(&u32::try_from(value)?.to_le_bytes());
-        }
-        *cx.get::<RECORD_BYTES>(offset) = record;
+        // The two pointer pairs are adjacent (checked by the test of the record's layout).
+        self.lower_fields(cx, Some(offset))?;
         Ok(())
     }
 }
