@@ -716,6 +716,21 @@ fn main() {
             measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
         },
     );
+    // A `get` of an object the guest has not fetched lately, as a list answers them: each event
+    // gets the next of the store's other 999 realistic Pods (a), or as many names of Pods that do
+    // not exist (b); the events and the names' formatting are alike, so a − b is the get's lookup
+    // and object, out of the CPU's cache.
+    let others = STORE_PODS as u64 - 1;
+    bench.run_pair(
+        "pair-get-each",
+        "`lister.get` of each of the other 999 Pods in turn vs as many not found",
+        || {
+            let cycle = |name: &str| json!({"cycle": name, "count": others});
+            let mut a = wasm(&lister, &pods_granted, cycle(objects.realistic.name()));
+            let mut b = wasm(&lister, &pods_granted, cycle("no-such-pod"));
+            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+        },
+    );
     let minimal = Objects::add(&objects.minimal);
     let metadata_only = Objects::add(&objects.metadata_only);
     for (id, what, plugin, grants, config, event, baseline) in [

@@ -1,7 +1,9 @@
 //! Benchmark guest: one `lister.get` of a Pod per event, without decoding it. Config
 //! `{"name": "x"}` gets Pod `x` in the event's namespace (a missing one answers `not-found`, which
 //! is not an error here); without it the guest gets the event's own object back. Config
-//! `{"list": "app=web"}` instead lists the Pods of the event's namespace that match the selector.
+//! `{"cycle": "x", "count": N}` gets `x-1`, `x-2`, … `x-N`, one per event, then starts over.
+//! Config `{"list": "app=web"}` instead lists the Pods of the event's namespace that match the
+//! selector.
 
 use wasmformer_guest::serde_json::Value;
 use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
@@ -10,6 +12,9 @@ use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
 struct ListerGet {
     name: Option<String>,
     list: Option<String>,
+    /// The name and count of `cycle`, and the number of the next Pod to get.
+    cycle: Option<(String, u64)>,
+    next: u64,
     found_bytes: u64,
 }
 
@@ -23,6 +28,11 @@ impl Plugin for ListerGet {
             .get("list")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        self.cycle = config
+            .get("cycle")
+            .and_then(Value::as_str)
+            .zip(config.get("count").and_then(Value::as_u64))
+            .map(|(name, count)| (name.to_owned(), count));
         Ok(())
     }
 
@@ -37,7 +47,13 @@ impl Plugin for ListerGet {
             self.found_bytes += found.iter().map(|o| o.json().len() as u64).sum::<u64>();
             return Ok(());
         }
-        let name = self.name.as_deref().unwrap_or(obj.name());
+        let cycled = self.cycle.as_ref().map(|(name, count)| {
+            self.next = self.next % count + 1;
+            format!("{name}-{}", self.next)
+        });
+        let name = (cycled.as_deref())
+            .or(self.name.as_deref())
+            .unwrap_or(obj.name());
         match lister::get_object(&pod, obj.namespace(), name) {
             Ok(found) => self.found_bytes += found.json().len() as u64,
             Err(ListerError::NotFound) => {}
