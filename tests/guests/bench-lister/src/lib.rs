@@ -12,7 +12,7 @@ use wasmformer_guest::{Gvk, ListerError, Object, Plugin, Result, lister};
 struct ListerGet {
     name: Option<String>,
     list: Option<String>,
-    /// The name and count of `cycle`, and the number of the next Pod to get.
+    /// The name and count of `cycle`, and the number of the Pod it got last (0: none yet).
     cycle: Option<(String, u64)>,
     next: u64,
     found_bytes: u64,
