@@ -1,41 +1,45 @@
-//! [`Labels`]: an object's labels packed into one allocation.
+//! [`Labels`]: an object's labels, packed into the allocation its cache entry keeps its `meta`
+//! fields in.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// `metadata.labels` of a cached object, sorted by key, packed as `key\0value\0key\0value` in one
-/// string. A map of eight labels took one B-tree node and sixteen strings (about 1.2 KiB); this
-/// takes their bytes. Labels never hold a NUL (the API server refuses them; the cache rejects
-/// objects whose labels do).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Labels {
-    packed: Box<str>,
+/// `metadata.labels` of a cached object, sorted by key, packed as `key\0value\0key\0value` (no
+/// separator at either end) inside the one allocation that holds the object's uid and
+/// resourceVersion too ([`CachedObject`](super::CachedObject)). A map of eight labels took one
+/// B-tree node and sixteen strings (about 1.2 KiB); this takes their bytes. Labels never hold a NUL
+/// (the API server refuses them; the cache rejects objects whose labels do).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Labels<'a> {
+    packed: &'a str,
     len: usize,
 }
 
-impl Labels {
-    /// Packs `labels`; `None` if a key or value holds a NUL.
-    pub fn new(labels: &BTreeMap<String, String>) -> Option<Self> {
-        let bytes = labels.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-        let mut packed = String::with_capacity(bytes);
-        for (key, value) in labels {
-            if key.contains('\0') || value.contains('\0') {
-                return None;
-            }
-            packed.push_str(key);
-            packed.push('\0');
-            packed.push_str(value);
-            packed.push('\0');
+/// Appends `labels` to `out` as [`Labels`] reads them, each label as `\0key\0value`; how many
+/// there are, or `None` if a key or value holds a NUL.
+pub(crate) fn pack(labels: &BTreeMap<String, String>, out: &mut String) -> Option<usize> {
+    out.reserve(labels.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (key, value) in labels {
+        if key.contains('\0') || value.contains('\0') {
+            return None;
         }
-        Some(Self {
-            packed: packed.into_boxed_str(),
-            len: labels.len(),
-        })
+        out.push('\0');
+        out.push_str(key);
+        out.push('\0');
+        out.push_str(value);
+    }
+    Some(labels.len())
+}
+
+impl<'a> Labels<'a> {
+    /// The `len` labels packed in `packed` (what [`pack`] appended, without its first NUL).
+    pub(crate) fn new(packed: &'a str, len: usize) -> Self {
+        Self { packed, len }
     }
 
     /// The labels in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        let mut fields = self.packed.split_terminator('\0');
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let mut fields = self.packed.split('\0');
         std::iter::from_fn(move || Some((fields.next()?, fields.next()?)))
     }
 
@@ -43,7 +47,7 @@ impl Labels {
     /// past `key` (they are in order), skipping a label by finding its separators eight bytes at a
     /// time: a selector tests this for every object a list walks, and splitting the labels into
     /// fields as [`Labels::iter`] does cost nearly four times the instructions.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub fn get(&self, key: &str) -> Option<&'a str> {
         let (packed, key) = (self.packed.as_bytes(), key.as_bytes());
         if key.contains(&0) {
             return None; // no label key holds a NUL (and the walk relies on it)
@@ -75,7 +79,7 @@ impl Labels {
     }
 
     /// The keys in order.
-    pub fn keys(&self) -> impl Iterator<Item = &str> + '_ {
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> + 'a {
         self.iter().map(|(k, _)| k)
     }
 
@@ -87,16 +91,6 @@ impl Labels {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The packed form, `key\0value\0…` (what plugins receive after the identity fields).
-    pub(crate) fn packed(&self) -> &str {
-        &self.packed
-    }
-
-    /// Heap bytes held.
-    pub(crate) fn heap_size(&self) -> usize {
-        self.packed.len()
     }
 }
 
@@ -143,13 +137,13 @@ fn nul_from(bytes: &[u8], from: usize) -> usize {
         .map_or(bytes.len(), |i| at + i)
 }
 
-impl fmt::Debug for Labels {
+impl fmt::Debug for Labels<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
     }
 }
 
-impl std::ops::Index<&str> for Labels {
+impl std::ops::Index<&str> for Labels<'_> {
     type Output = str;
 
     fn index(&self, key: &str) -> &str {
@@ -161,6 +155,13 @@ impl std::ops::Index<&str> for Labels {
 mod tests {
     use super::*;
 
+    /// `map` packed, and how many labels.
+    fn packed(map: &BTreeMap<String, String>) -> Option<(String, usize)> {
+        let mut out = String::new();
+        let len = pack(map, &mut out)?;
+        Some((out.split_off(out.len().min(1)), len))
+    }
+
     #[test]
     fn packs_in_key_order_and_reads_back() {
         let map: BTreeMap<String, String> =
@@ -168,7 +169,8 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect();
-        let labels = Labels::new(&map).unwrap();
+        let (packed_map, len) = packed(&map).unwrap();
+        let labels = Labels::new(&packed_map, len);
         assert_eq!(
             labels.iter().collect::<Vec<_>>(),
             [("a", ""), ("app.kubernetes.io/name", "web"), ("b", "2")]
@@ -178,13 +180,16 @@ mod tests {
             (Some("2"), Some(""), None)
         );
         assert_eq!(labels.len(), 3);
-        assert_eq!(
-            labels.packed(),
-            "a\0\0app.kubernetes.io/name\0web\0b\x002\0"
-        );
+        assert_eq!(packed_map, "a\0\0app.kubernetes.io/name\0web\0b\x002");
         assert!(Labels::default().iter().next().is_none());
+        let empty_value: BTreeMap<String, String> = [("k".to_owned(), String::new())].into();
+        let (packed_map, len) = packed(&empty_value).unwrap();
+        assert_eq!(
+            Labels::new(&packed_map, len).iter().collect::<Vec<_>>(),
+            [("k", "")]
+        );
         let nul: BTreeMap<String, String> = [("k".to_owned(), "v\0".to_owned())].into();
-        assert!(Labels::new(&nul).is_none());
+        assert!(packed(&nul).is_none());
     }
 
     proptest::proptest! {
@@ -195,7 +200,9 @@ mod tests {
             map in proptest::collection::btree_map("[a-c./]{0,4}", "[a-c]{0,3}", 0..6),
             probes in proptest::collection::vec("[a-c./\\x00]{0,5}", 0..8),
         ) {
-            let labels = Labels::new(&map).unwrap();
+            let (packed_map, len) = packed(&map).unwrap();
+            let labels = Labels::new(&packed_map, len);
+            proptest::prop_assert_eq!(labels.iter().collect::<Vec<_>>(), map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>());
             for key in map.keys().chain(&probes) {
                 proptest::prop_assert_eq!(labels.get(key), map.get(key).map(String::as_str), "key {:?}", key);
             }

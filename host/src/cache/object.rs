@@ -1,12 +1,11 @@
 //! [`CachedObject`]: one object as the cache keeps it, and the names that identify it.
 
 use std::fmt;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Labels, WireObject};
+use super::{Labels, WireObject, labels};
 
 /// A kind: API group (empty for the core group), version and kind, as in a manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -101,16 +100,21 @@ pub enum ObjectError {
 }
 
 /// One object in the cache: identity and labels extracted once, the body kept as compact JSON
-/// (what plugins receive, so no handler call re-serializes it; shared, so a lister answer lowers
-/// it into the guest without a copy on the host), and the object's values for each of its store's
-/// indexes.
+/// (what plugins receive, so no handler call re-serializes it), and the object's values for each of
+/// its store's indexes. The uid, resourceVersion and labels share one allocation, laid out as an
+/// object's `meta` carries them after its namespace and name, so a crossing copies them at once.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CachedObject {
     key: ObjectKey,
-    uid: String,
-    resource_version: String,
-    labels: Labels,
-    body: Arc<str>,
+    /// `uid\0resourceVersion`, then `\0key\0value` for each label in key order.
+    meta_tail: Box<str>,
+    /// Where the uid ends in `meta_tail`.
+    uid_end: usize,
+    /// Where the resourceVersion ends in `meta_tail` (the labels start one byte after).
+    version_end: usize,
+    /// How many labels there are.
+    label_count: usize,
+    body: Box<str>,
     index_values: Box<[Box<[String]>]>,
 }
 
@@ -162,16 +166,27 @@ impl CachedObject {
         };
         let uid = meta.uid.unwrap_or_default();
         let resource_version = meta.resource_version.unwrap_or_default();
-        let identity = [&key.namespace, &key.name, &uid, &resource_version];
-        let labels = match Labels::new(&meta.labels.unwrap_or_default()) {
-            Some(labels) if !identity.iter().any(|f| f.contains('\0')) => labels,
-            _ => return Err(ObjectError::Nul { key }),
+        if [&key.namespace, &key.name, &uid, &resource_version]
+            .iter()
+            .any(|field| field.contains('\0'))
+        {
+            return Err(ObjectError::Nul { key });
+        }
+        let mut meta_tail = uid;
+        let uid_end = meta_tail.len();
+        meta_tail.push('\0');
+        meta_tail.push_str(&resource_version);
+        let version_end = meta_tail.len();
+        let Some(label_count) = labels::pack(&meta.labels.unwrap_or_default(), &mut meta_tail)
+        else {
+            return Err(ObjectError::Nul { key });
         };
         Ok(Self {
             key,
-            uid,
-            resource_version,
-            labels,
+            meta_tail: meta_tail.into_boxed_str(),
+            uid_end,
+            version_end,
+            label_count,
             body: body.into(),
             index_values,
         })
@@ -194,17 +209,27 @@ impl CachedObject {
 
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
-        &self.uid
+        &self.meta_tail[..self.uid_end]
     }
 
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> &str {
-        &self.resource_version
+        &self.meta_tail[self.uid_end + 1..self.version_end]
     }
 
     /// `metadata.labels`.
-    pub fn labels(&self) -> &Labels {
-        &self.labels
+    pub fn labels(&self) -> Labels<'_> {
+        let packed = self
+            .meta_tail
+            .get(self.version_end + 1..)
+            .unwrap_or_default();
+        Labels::new(packed, self.label_count)
+    }
+
+    /// The uid, resourceVersion and labels NUL-separated: the end of the object's `meta`, after
+    /// its namespace and name.
+    pub(crate) fn meta_tail(&self) -> &str {
+        &self.meta_tail
     }
 
     /// The whole object as compact JSON.
@@ -227,13 +252,9 @@ impl CachedObject {
             .sum();
         self.key.namespace.len()
             + self.key.name.len()
-            + self.uid.len()
-            + self.resource_version.len()
-            + self.labels.heap_size()
+            + self.meta_tail.len()
             + indexes
-            // The shared body's two reference counts.
             + self.body.len()
-            + 2 * std::mem::size_of::<usize>()
     }
 }
 

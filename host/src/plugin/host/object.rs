@@ -42,48 +42,30 @@ impl SharedObject {
         }
     }
 
-    /// The identity fields, then the labels (packed in the cache as `key\0value\0…` already,
-    /// their trailing separator left out).
-    fn fields(&self) -> ([&str; 4], &str) {
+    /// `meta`'s fields after the kind: the namespace, the name, and the rest as the cache packs it
+    /// already (uid, resourceVersion, labels).
+    fn fields(&self) -> [&str; 3] {
         let obj = &self.object;
-        let labels = obj.labels().packed();
-        let identity = [
-            obj.namespace(),
-            obj.name(),
-            obj.uid(),
-            obj.resource_version(),
-        ];
-        (identity, labels.strip_suffix('\0').unwrap_or(labels))
+        [obj.namespace(), obj.name(), obj.meta_tail()]
     }
 
     /// How long `meta` is.
     fn meta_len(&self) -> usize {
-        let (identity, labels) = self.fields();
-        let labels = if labels.is_empty() {
-            0
-        } else {
-            1 + labels.len()
-        };
-        self.kind.0.len() + identity.iter().map(|f| 1 + f.len()).sum::<usize>() + labels
+        self.kind.0.len() + self.fields().iter().map(|f| 1 + f.len()).sum::<usize>()
     }
 
     /// Writes `meta` (kind, identity and labels NUL-separated; the cache refuses objects whose
     /// fields hold a NUL) into `dst`, which is exactly [`SharedObject::meta_len`] bytes long.
     fn write_meta(&self, dst: &mut [u8]) {
-        let (identity, labels) = self.fields();
         let mut at = 0;
         let mut put = |bytes: &[u8]| {
             dst[at..at + bytes.len()].copy_from_slice(bytes);
             at += bytes.len();
         };
         put(self.kind.0.as_bytes());
-        for field in identity {
+        for field in self.fields() {
             put(b"\0");
             put(field.as_bytes());
-        }
-        if !labels.is_empty() {
-            put(b"\0");
-            put(labels.as_bytes());
         }
     }
 
