@@ -45,32 +45,64 @@ impl fmt::Display for Gvk {
     }
 }
 
-/// The cache key of an object: namespace (empty for cluster-scoped objects) and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The cache key of an object: namespace (empty for cluster-scoped objects) and name, kept as
+/// `namespace\0name` in one allocation (what `meta` carries after the kind). Ordered as the pair
+/// (namespace, name): neither holds a NUL in an object the API server accepted (the cache refuses
+/// those).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
-    /// `metadata.namespace`, empty for cluster-scoped objects.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
+    /// `namespace\0name`.
+    packed: Box<str>,
+    /// Where the namespace ends in `packed`.
+    split: usize,
 }
 
 impl ObjectKey {
-    /// The key `namespace/name`.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    /// The key `namespace`/`name`.
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        let (namespace, name) = (namespace.as_ref(), name.as_ref());
+        let mut packed = String::with_capacity(namespace.len() + 1 + name.len());
+        packed.push_str(namespace);
+        packed.push('\0');
+        packed.push_str(name);
         Self {
-            namespace: namespace.into(),
-            name: name.into(),
+            packed: packed.into_boxed_str(),
+            split: namespace.len(),
         }
+    }
+
+    /// `metadata.namespace`, empty for cluster-scoped objects.
+    pub fn namespace(&self) -> &str {
+        &self.packed[..self.split]
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.packed[self.split + 1..]
+    }
+
+    /// `namespace\0name`.
+    pub(crate) fn packed(&self) -> &str {
+        &self.packed
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectKey")
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
+            .finish()
     }
 }
 
 impl fmt::Display for ObjectKey {
     /// `namespace/name`, or `name` for cluster-scoped objects, as client-go's key function.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            f.write_str(&self.name)
+        if self.namespace().is_empty() {
+            f.write_str(self.name())
         } else {
-            write!(f, "{}/{}", self.namespace, self.name)
+            write!(f, "{}/{}", self.namespace(), self.name())
         }
     }
 }
@@ -145,7 +177,7 @@ impl CachedObject {
             meta.namespace.unwrap_or_default(),
             meta.name.unwrap_or_default(),
         );
-        if key.name.is_empty() {
+        if key.name().is_empty() {
             return Err(ObjectError::NoName);
         }
         let body = wire.body(strip_managed_fields);
@@ -166,7 +198,7 @@ impl CachedObject {
         };
         let uid = meta.uid.unwrap_or_default();
         let resource_version = meta.resource_version.unwrap_or_default();
-        if [&key.namespace, &key.name, &uid, &resource_version]
+        if [key.namespace(), key.name(), &uid, &resource_version]
             .iter()
             .any(|field| field.contains('\0'))
         {
@@ -199,12 +231,12 @@ impl CachedObject {
 
     /// `metadata.namespace`; empty for cluster-scoped objects.
     pub fn namespace(&self) -> &str {
-        &self.key.namespace
+        self.key.namespace()
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        &self.key.name
+        self.key.name()
     }
 
     /// `metadata.uid`.
@@ -250,11 +282,7 @@ impl CachedObject {
             .flat_map(|v| v.iter())
             .map(|s| s.len() + 24)
             .sum();
-        self.key.namespace.len()
-            + self.key.name.len()
-            + self.meta_tail.len()
-            + indexes
-            + self.body.len()
+        self.key.packed().len() + self.meta_tail.len() + indexes + self.body.len()
     }
 }
 
@@ -262,6 +290,20 @@ impl CachedObject {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    proptest::proptest! {
+        /// A key orders, compares and reads back as the pair (namespace, name) it packs.
+        #[test]
+        fn a_key_is_its_namespace_and_name(
+            a in ("[a-c/-]{0,3}", "[a-c/-]{0,3}"),
+            b in ("[a-c/-]{0,3}", "[a-c/-]{0,3}"),
+        ) {
+            let (ka, kb) = (ObjectKey::new(&a.0, &a.1), ObjectKey::new(&b.0, &b.1));
+            proptest::prop_assert_eq!((ka.namespace(), ka.name()), (a.0.as_str(), a.1.as_str()));
+            proptest::prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            proptest::prop_assert_eq!(ka == kb, a == b);
+        }
+    }
 
     #[test]
     fn strips_managed_fields_and_extracts_identity() {

@@ -119,7 +119,7 @@ impl State {
     }
 
     fn remove(&mut self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
-        let hash = self.hash(&key.namespace, &key.name);
+        let hash = self.hash(key.namespace(), key.name());
         let entry = self.objects.find_entry(hash, |o| o.key() == key).ok()?;
         Some(entry.remove().0)
     }

@@ -245,7 +245,7 @@ impl Work {
                 }
                 self.reconciles += 1;
                 let result = instance
-                    .reconcile(&kind.gvk, &key.key.namespace, &key.key.name)
+                    .reconcile(&kind.gvk, key.key.namespace(), key.key.name())
                     .map(|requeue| {
                         if let Some(after) = requeue {
                             self.queue.add_after(key.clone(), after);
@@ -255,7 +255,7 @@ impl Work {
                 ("reconcile", result, retry)
             }
             Purpose::Redeliver => {
-                let Some(obj) = kind.lister.store().get(&key.key.namespace, &key.key.name) else {
+                let Some(obj) = kind.lister.store().get(key.key.namespace(), key.key.name()) else {
                     // Deleted meanwhile: its delete was delivered, nothing to retry.
                     self.queue.forget(&key);
                     self.queue.done(&key);

@@ -247,7 +247,7 @@ impl Reflector {
         };
         if self
             .store
-            .get(&key.namespace, &key.name)
+            .get(key.namespace(), key.name())
             .is_some_and(|stored| same_version(&stored, uid, rv))
         {
             relist.forget(&key);
@@ -316,7 +316,7 @@ impl Reflector {
         if let Some((key, uid, rv)) = identity(&value)
             && self
                 .store
-                .get(&key.namespace, &key.name)
+                .get(key.namespace(), key.name())
                 .is_some_and(|stored| same_version(&stored, uid, rv))
         {
             return 0;

@@ -207,7 +207,7 @@ fn relist_keeps_unchanged_objects_shared_and_buffers_only_changes() {
         + relist
             .unchanged
             .iter()
-            .map(|k| k.namespace.len() + k.name.len() + 48)
+            .map(|k| std::mem::size_of_val(k) + k.namespace().len() + 1 + k.name().len())
             .sum::<usize>();
     assert!(
         buffered * 2 <= steady,

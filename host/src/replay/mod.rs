@@ -313,7 +313,7 @@ impl Reconcile<'_> {
             Some(error) => Err(error),
             None => self
                 .instance
-                .reconcile(&gvk, &object.namespace, &object.name),
+                .reconcile(&gvk, object.namespace(), object.name()),
         };
         let elapsed = started.elapsed();
         let mut backoff = None;

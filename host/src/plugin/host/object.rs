@@ -42,11 +42,11 @@ impl SharedObject {
         }
     }
 
-    /// `meta`'s fields after the kind: the namespace, the name, and the rest as the cache packs it
-    /// already (uid, resourceVersion, labels).
-    fn fields(&self) -> [&str; 3] {
+    /// `meta`'s fields after the kind, as the cache packs them already: the namespace and name,
+    /// then the uid, resourceVersion and labels.
+    fn fields(&self) -> [&str; 2] {
         let obj = &self.object;
-        [obj.namespace(), obj.name(), obj.meta_tail()]
+        [obj.key().packed(), obj.meta_tail()]
     }
 
     /// How long `meta` is.
