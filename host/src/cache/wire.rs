@@ -167,8 +167,8 @@ impl WireObject {
     /// `metadata.name`, `metadata.namespace` as the cache key.
     pub fn key(&self) -> ObjectKey {
         ObjectKey::new(
-            self.meta.namespace.clone().unwrap_or_default(),
-            self.meta.name.clone().unwrap_or_default(),
+            self.meta.namespace.as_deref().unwrap_or_default(),
+            self.meta.name.as_deref().unwrap_or_default(),
         )
     }
 
