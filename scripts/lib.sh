@@ -1,9 +1,20 @@
 # Shared by the scripts in this folder. Source it; it only defines functions.
 
-# Installs the wasm32-wasip2 target for the active toolchain if it is missing.
+# The toolchain rust-toolchain.toml pins, with its components and targets (rustup does not
+# install it on its own when RUSTUP_AUTO_INSTALL=0). Every ensure_* below starts with it.
+ensure_toolchain() {
+  local channel
+  channel=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
+  if ! rustup toolchain list 2>/dev/null | grep -q "^$channel-"; then
+    echo "installing Rust $channel, which rust-toolchain.toml pins (once per machine)" >&2
+    rustup toolchain install >&2
+  fi
+}
+
 # rustfmt and clippy gate style in scripts/test; rustup's default profile has them, a minimal
 # one does not.
 ensure_lint_tools() {
+  ensure_toolchain
   local installed
   installed=$(rustup component list --installed 2>/dev/null)
   for c in rustfmt clippy; do
@@ -14,7 +25,9 @@ ensure_lint_tools() {
   done
 }
 
+# Installs the wasm32-wasip2 target for the active toolchain if it is missing.
 ensure_wasm_target() {
+  ensure_toolchain
   if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     echo "installing the Rust target wasm32-wasip2 (once per machine)" >&2
     rustup target add wasm32-wasip2 >&2
@@ -24,6 +37,7 @@ ensure_wasm_target() {
 # The static binary (scripts/build-static): the musl target for the active toolchain, and musl-gcc
 # (Debian's musl-tools) for the C code of ring, blake3 and psm.
 ensure_musl_target() {
+  ensure_toolchain
   if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
     echo "installing the Rust target x86_64-unknown-linux-musl (once per machine)" >&2
     rustup target add x86_64-unknown-linux-musl >&2
