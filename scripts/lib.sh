@@ -7,7 +7,7 @@ ensure_toolchain() {
   channel=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
   if ! rustup toolchain list 2>/dev/null | grep -q "^$channel-"; then
     echo "installing Rust $channel, which rust-toolchain.toml pins (once per machine)" >&2
-    rustup toolchain install >&2
+    rustup toolchain install --no-self-update >&2
   fi
 }
 
