@@ -18,40 +18,55 @@ pub(crate) fn certainly_before(deadline: Instant) -> bool {
 #[cfg(target_os = "linux")]
 mod coarse {
     use super::*;
-    use rustix::time::{ClockId, Timespec, clock_getres, clock_gettime};
 
     /// A raw `CLOCK_MONOTONIC` time read just before an `Instant`, so that `instant`'s raw time
     /// is no earlier than `monotonic` (deadlines converted with it come out early, never late),
-    /// and two ticks of the coarse clock.
+    /// and two ticks of the coarse clock (`None` if a clock could not be read: never certain).
     struct Base {
         monotonic: Duration,
         instant: Instant,
-        two_ticks: Duration,
+        two_ticks: Option<Duration>,
     }
 
     fn base() -> &'static Base {
         static BASE: OnceLock<Base> = OnceLock::new();
         BASE.get_or_init(|| {
-            let monotonic = duration(clock_gettime(ClockId::Monotonic));
+            let monotonic = read(libc::clock_gettime, libc::CLOCK_MONOTONIC);
             Base {
-                monotonic,
+                monotonic: monotonic.unwrap_or_default(),
                 instant: Instant::now(),
-                two_ticks: 2 * duration(clock_getres(ClockId::MonotonicCoarse)),
+                two_ticks: monotonic
+                    .and(read(libc::clock_getres, libc::CLOCK_MONOTONIC_COARSE))
+                    .map(|tick| 2 * tick),
             }
         })
     }
 
-    fn duration(time: Timespec) -> Duration {
-        Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
+    /// `clock_gettime` or `clock_getres` of `clock`. Through glibc, which finds the vDSO: rustix's
+    /// own lookup of it crashes under valgrind, which the benchmarks' instruction counts use.
+    fn read(
+        call: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int,
+        clock: libc::clockid_t,
+    ) -> Option<Duration> {
+        let mut time = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: both functions write one `timespec` through the pointer, a local one here.
+        let ok = unsafe { call(clock, &mut time) } == 0;
+        ok.then(|| Duration::new(time.tv_sec as u64, time.tv_nsec as u32))
     }
 
     pub(super) fn certainly_before(deadline: Instant) -> bool {
         let base = base();
-        let Some(ahead) = deadline.checked_duration_since(base.instant) else {
+        let (Some(two_ticks), Some(ahead)) = (
+            base.two_ticks,
+            deadline.checked_duration_since(base.instant),
+        ) else {
             return false;
         };
-        let coarse = duration(clock_gettime(ClockId::MonotonicCoarse));
-        coarse + base.two_ticks < base.monotonic + ahead
+        read(libc::clock_gettime, libc::CLOCK_MONOTONIC_COARSE)
+            .is_some_and(|coarse| coarse + two_ticks < base.monotonic + ahead)
     }
 }
 
