@@ -3,8 +3,9 @@
 //! read (`Instant::now()`, `CLOCK_MONOTONIC`) took 22 ns here, 3% of what a `lister.get` costs,
 //! where `CLOCK_MONOTONIC_COARSE` (the time of the kernel's last tick, read from the vDSO) took 5.
 //! The coarse time trails the real one by less than a tick (4 ms here), so a deadline more than
-//! two ticks ahead of it is certainly ahead; only one closer takes the full read, and the check
-//! is as exact as before.
+//! two ticks ahead of it is certainly ahead; only one closer takes the full read. The check is as
+//! exact as before unless the kernel's coarse time falls more than two ticks behind (a stalled
+//! timekeeping CPU), when a host call could pass its deadline by that much more.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
