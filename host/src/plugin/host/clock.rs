@@ -22,25 +22,25 @@ mod coarse {
 
     /// A raw `CLOCK_MONOTONIC` time read just before an `Instant`, so that `instant`'s raw time
     /// is no earlier than `monotonic` (deadlines converted with it come out early, never late),
-    /// and two ticks of the coarse clock (`None` if a clock could not be read: never certain).
+    /// and two ticks of the coarse clock.
     struct Base {
         monotonic: Duration,
         instant: Instant,
-        two_ticks: Option<Duration>,
+        two_ticks: Duration,
     }
 
-    fn base() -> &'static Base {
-        static BASE: OnceLock<Base> = OnceLock::new();
+    /// The base, `None` if a clock could not be read (then nothing is certain).
+    fn base() -> Option<&'static Base> {
+        static BASE: OnceLock<Option<Base>> = OnceLock::new();
         BASE.get_or_init(|| {
-            let monotonic = read(libc::clock_gettime, libc::CLOCK_MONOTONIC);
-            Base {
-                monotonic: monotonic.unwrap_or_default(),
+            let monotonic = read(libc::clock_gettime, libc::CLOCK_MONOTONIC)?;
+            Some(Base {
+                monotonic,
                 instant: Instant::now(),
-                two_ticks: monotonic
-                    .and(read(libc::clock_getres, libc::CLOCK_MONOTONIC_COARSE))
-                    .map(|tick| 2 * tick),
-            }
+                two_ticks: 2 * read(libc::clock_getres, libc::CLOCK_MONOTONIC_COARSE)?,
+            })
         })
+        .as_ref()
     }
 
     /// `clock_gettime` or `clock_getres` of `clock`. Through glibc, which finds the vDSO: rustix's
@@ -59,15 +59,14 @@ mod coarse {
     }
 
     pub(super) fn certainly_before(deadline: Instant) -> bool {
-        let base = base();
-        let (Some(two_ticks), Some(ahead)) = (
-            base.two_ticks,
-            deadline.checked_duration_since(base.instant),
-        ) else {
+        let Some(base) = base() else {
+            return false;
+        };
+        let Some(ahead) = deadline.checked_duration_since(base.instant) else {
             return false;
         };
         read(libc::clock_gettime, libc::CLOCK_MONOTONIC_COARSE)
-            .is_some_and(|coarse| coarse + two_ticks < base.monotonic + ahead)
+            .is_some_and(|coarse| coarse + base.two_ticks < base.monotonic + ahead)
     }
 }
 
