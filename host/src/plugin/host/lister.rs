@@ -6,15 +6,15 @@
 //! just given, whichever subscription delivered it. An object held by more than one store is
 //! answered once, in its newest state (highest resourceVersion).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use prometheus_client::metrics::counter::Counter;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{ComponentType, Lift, Linker, WasmStr};
+use wasmtime::component::{ComponentType, Lift, Linker};
 
+use super::arg::ArgStr;
 use super::{HostState, PackedKind, SharedObject};
 use crate::cache::{CachedObject, Gvk, LabelSelector, ObjectKey, Store, StoreSource, UnknownIndex};
 use crate::metrics::ListerCalls;
@@ -375,25 +375,21 @@ impl HostState {
 }
 
 /// Links the current contract's `lister` (which 0.3.x plugins import), by hand rather than through
-/// the generated bindings: those answer owned records, which would copy every body.
+/// the generated bindings: those answer owned records, which would copy every body. Its string
+/// arguments are read as they are lifted ([`ArgStr`]).
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     let mut lister = linker.instance(&format!("{CONTRACT_PACKAGE}/lister@{CONTRACT_VERSION}"))?;
     lister.func_wrap(
         "get",
         |store: StoreContextMut<'_, HostState>,
-         (kind, namespace, name): (WireGvk, WasmStr, WasmStr)| {
-            let kind = kind.read(&store)?;
-            let (namespace, name) = (namespace.to_str(&store)?, name.to_str(&store)?);
+         (kind, namespace, name): (WireGvk, ArgStr, ArgStr)| {
             Ok((store.data().lister_get(kind.as_kind(), &namespace, &name)?,))
         },
     )?;
     lister.func_wrap(
         "list",
         |store: StoreContextMut<'_, HostState>,
-         (kind, namespace, selector): (WireGvk, Option<WasmStr>, WasmStr)| {
-            let kind = kind.read(&store)?;
-            let namespace = namespace.map(|ns| ns.to_str(&store)).transpose()?;
-            let selector = selector.to_str(&store)?;
+         (kind, namespace, selector): (WireGvk, Option<ArgStr>, ArgStr)| {
             Ok((store
                 .data()
                 .lister_list(kind.as_kind(), namespace.as_deref(), &selector)?,))
@@ -401,10 +397,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     )?;
     lister.func_wrap(
         "by-index",
-        |store: StoreContextMut<'_, HostState>,
-         (kind, index, value): (WireGvk, WasmStr, WasmStr)| {
-            let kind = kind.read(&store)?;
-            let (index, value) = (index.to_str(&store)?, value.to_str(&store)?);
+        |store: StoreContextMut<'_, HostState>, (kind, index, value): (WireGvk, ArgStr, ArgStr)| {
             Ok((store
                 .data()
                 .lister_by_index(kind.as_kind(), &index, &value)?,))
@@ -413,37 +406,22 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     Ok(())
 }
 
-/// The contract's `gvk` record as a lister call's argument: its strings stay in the plugin's
-/// memory and are read in place rather than copied into host `String`s (issue 17, item 9).
+/// The contract's `gvk` record as a lister call's argument.
 #[derive(ComponentType, Lift)]
 #[component(record)]
 struct WireGvk {
-    group: WasmStr,
-    version: WasmStr,
-    kind: WasmStr,
-}
-
-/// A [`WireGvk`]'s strings, read in place.
-struct ReadGvk<'a>([Cow<'a, str>; 3]);
-
-impl ReadGvk<'_> {
-    fn as_kind(&self) -> KindRef<'_> {
-        let [group, version, kind] = &self.0;
-        KindRef {
-            group,
-            version,
-            kind,
-        }
-    }
+    group: ArgStr,
+    version: ArgStr,
+    kind: ArgStr,
 }
 
 impl WireGvk {
-    fn read<'a>(&self, store: &'a StoreContextMut<'_, HostState>) -> wasmtime::Result<ReadGvk<'a>> {
-        Ok(ReadGvk([
-            self.group.to_str(store)?,
-            self.version.to_str(store)?,
-            self.kind.to_str(store)?,
-        ]))
+    fn as_kind(&self) -> KindRef<'_> {
+        KindRef {
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+        }
     }
 }
 
