@@ -58,39 +58,42 @@ fn read(
     ptr: usize,
     len: usize,
 ) -> wasmtime::Result<(ArgStr, usize)> {
-    let within = |bytes: Option<usize>| bytes.and_then(|bytes| memory.get(ptr..)?.get(..bytes));
-    if encoding == StringEncoding::Utf8 {
-        // Every guest SDK's encoding, and nothing to decode.
-        let Some(raw) = within(Some(len)) else {
-            wasmtime::bail!("string pointer/length out of bounds of memory");
-        };
-        return Ok((ArgStr::from(std::str::from_utf8(raw)?), len));
-    }
-    // `latin1+utf16` tags a UTF-16 string's length.
+    // UTF-8 (every guest SDK's encoding) is taken as it is; `latin1+utf16` tags a UTF-16
+    // string's length.
     let (utf16, units) = match encoding {
+        StringEncoding::Utf8 => (false, len),
         StringEncoding::CompactUtf16 if len & UTF16_TAG == 0 => (false, len),
         StringEncoding::CompactUtf16 => (true, len ^ UTF16_TAG),
-        _ => (true, len),
+        StringEncoding::Utf16 => (true, len),
     };
+    if encoding != StringEncoding::Utf8 && !ptr.is_multiple_of(2) {
+        wasmtime::bail!("string pointer not aligned to 2");
+    }
     let bytes = match utf16 {
         true => units.checked_mul(2),
         false => Some(units),
     };
-    if !ptr.is_multiple_of(2) {
-        wasmtime::bail!("string pointer not aligned to 2");
-    }
-    let Some(raw) = within(bytes) else {
+    let Some(raw) = bytes.and_then(|bytes| memory.get(ptr..)?.get(..bytes)) else {
         wasmtime::bail!("string pointer/length out of bounds of memory");
     };
-    let text: String = match utf16 {
-        true => char::decode_utf16(
-            raw.chunks_exact(2)
-                .map(|unit| u16::from_le_bytes([unit[0], unit[1]])),
-        )
-        .collect::<Result<_, _>>()?,
-        false => raw.iter().map(|&byte| char::from(byte)).collect(),
+    let text = match (encoding, utf16) {
+        (StringEncoding::Utf8, _) => ArgStr::from(std::str::from_utf8(raw)?),
+        (_, true) => ArgStr::from(
+            char::decode_utf16(
+                raw.chunks_exact(2)
+                    .map(|unit| u16::from_le_bytes([unit[0], unit[1]])),
+            )
+            .collect::<Result<String, _>>()?
+            .as_str(),
+        ),
+        (_, false) => ArgStr::from(
+            raw.iter()
+                .map(|&byte| char::from(byte))
+                .collect::<String>()
+                .as_str(),
+        ),
     };
-    Ok((ArgStr::from(text.as_str()), raw.len()))
+    Ok((text, raw.len()))
 }
 
 impl ArgStr {

@@ -2,7 +2,8 @@
 //! [`writer`] (grants and limits; sending is `crate::writer`'s), and WASI locked down to nothing
 //! but clocks, randomness and captured stdout/stderr ([`stdio`]), its blocking waits bounded by
 //! the call's deadline ([`poll`]). Handler calls and lister answers carry objects as [`object`]
-//! lowers them, and lister calls take their strings as [`arg`] lifts them. [`legacy`] answers plugins built for contract 0.2.x with the same implementations.
+//! lowers them, and lister calls take their strings as [`arg`] lifts them. [`legacy`] answers
+//! plugins built for contract 0.2.x with the same implementations.
 //!
 //! [`HostState`] is the per-instance store data. Every host call first checks the call's deadline
 //! and the plugin's grants; a refusal is logged with who asked for what.
