@@ -676,9 +676,10 @@ fn thread_minor_faults() -> u64 {
         .expect("minflt field")
 }
 
-/// Page faults per start of an instance in a slot its predecessor was just dropped from: each
-/// instance handles one event and is dropped, so its slot is the one the next start takes.
-fn faults_per_restart(engine: &PluginEngine) -> f64 {
+/// Page faults per start of an instance in a slot its predecessor was just released from: each
+/// instance handles one event and is dropped (after `unload` if `unload`), so its slot is the one
+/// the next start takes.
+fn faults_per_restart(engine: &PluginEngine, unload: bool) -> f64 {
     const STARTS: u64 = 40;
     let plugin = LoadedPlugin::load(engine, "pod-logger", Path::new(guests::POD_LOGGER)).unwrap();
     let cycle = || {
@@ -695,6 +696,9 @@ fn faults_per_restart(engine: &PluginEngine) -> f64 {
             initial: false,
         };
         instance.handle(&pod_gvk(), &add).unwrap();
+        if unload {
+            instance.unload().unwrap();
+        }
     };
     // The first starts map the memory image and grow the host's own heap.
     (0..10).for_each(|_| cycle());
@@ -722,8 +726,8 @@ fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_n
     let giving_back = PluginEngine::with_pool(shared_cache(), PoolSettings::default()).unwrap();
     assert_eq!(giving_back.keep_resident_bytes(), 0);
     let (kept, given_back) = (
-        faults_per_restart(&keeping),
-        faults_per_restart(&giving_back),
+        faults_per_restart(&keeping, false),
+        faults_per_restart(&giving_back, false),
     );
     // pod-logger's start and one event write about nine pages of its memory and table.
     assert!(
@@ -733,6 +737,35 @@ fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_n
     assert!(
         kept < 1.0,
         "a start in a slot that kept its pages faults none in: {kept} per start"
+    );
+}
+
+/// An unload gives its instance's memory back itself, the pages a released slot would keep
+/// included: an unloaded plugin may stay idle for hours, and its slot must not hold them (issue 16).
+/// A plain drop (a restart after a trap) leaves them to the next start.
+#[test]
+fn an_unload_gives_back_the_pages_a_released_slot_would_keep() {
+    // Without a compile cache an unload keeps the plugin's code mapped: the faults counted are
+    // its memory's.
+    let keeping = PluginEngine::with_pool(
+        None,
+        PoolSettings {
+            keep_resident_bytes: START_PAGES_BYTES,
+            ..PoolSettings::default()
+        },
+    )
+    .unwrap();
+    let (dropped, unloaded) = (
+        faults_per_restart(&keeping, false),
+        faults_per_restart(&keeping, true),
+    );
+    assert!(
+        dropped < 1.0,
+        "a start after a drop faults none in: {dropped}"
+    );
+    assert!(
+        unloaded >= 4.0,
+        "a start after an unload faults its pages in again: {unloaded} per start"
     );
 }
 

@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::memory::{give_back, page_size};
+
 /// Why the compile cache cannot be used. Each message names the directory or file and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -247,16 +249,10 @@ fn release_metadata_pages(component: &Component) {
     let round_up = |n: usize| n.div_ceil(page) * page;
     let code = (start + code.start) / page * page..round_up(start + code.end);
     for range in [start..code.start, code.end..round_up(end)] {
-        if range.start < range.end && range.start % page == 0 {
+        if range.start < range.end {
             // SAFETY: the range lies in the image's read-only, file-backed private mapping
-            // (a cached load), never written: MADV_DONTNEED only drops its page-table entries.
-            unsafe {
-                libc::madvise(
-                    range.start as *mut libc::c_void,
-                    range.end - range.start,
-                    libc::MADV_DONTNEED,
-                );
-            }
+            // (a cached load), never written: only its page-table entries are dropped.
+            unsafe { give_back(range.start, range.end - range.start) };
         }
     }
 }
@@ -268,11 +264,6 @@ pub(super) fn code_range(artifact: &[u8]) -> Option<std::ops::Range<usize>> {
     let text = file.sections().find(|s| s.kind() == SectionKind::Text)?;
     let (offset, size) = text.file_range()?;
     Some(offset as usize..(offset + size) as usize)
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
 
 /// Creates `dir` (and missing parents) `0700`, or checks the existing one is this user's and not

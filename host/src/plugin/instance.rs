@@ -33,7 +33,7 @@ pub struct PluginInstance {
     name: Arc<str>,
     limits: Limits,
     grants: Arc<Grants>,
-    config: String,
+    config: Arc<str>,
     log: Arc<Mutex<LogSink>>,
     live: Option<Live>,
     calls: u64,
@@ -76,7 +76,7 @@ impl PluginInstance {
             name,
             limits,
             grants: Arc::new(grants),
-            config: config.to_string(),
+            config: config.to_string().into(),
             log,
             live: None,
             calls: 0,
@@ -140,10 +140,11 @@ impl PluginInstance {
         self.state_error.take()
     }
 
-    /// Drops the wasmtime instance (its memory goes back to the pool and the OS), after saving
-    /// its state if it exports `state`; the next call creates an instance again, which restores
-    /// that state before `init`. A state over `limits.stateBytes` is refused: the instance stays.
-    /// A `save-state` that traps loses the instance and its state (reported).
+    /// Drops the wasmtime instance, its memory's pages given back to the OS (its pool slot keeps
+    /// none: see `memory`), after saving its state if it exports `state`; the next call creates
+    /// an instance again, which restores that state before `init`. A state over
+    /// `limits.stateBytes` is refused: the instance stays. A `save-state` that traps loses the
+    /// instance and its state (reported).
     pub fn unload(&mut self) -> Result<(), StateError> {
         if self.live.is_none() {
             return Ok(());
@@ -153,7 +154,10 @@ impl PluginInstance {
         if matches!(saved, Err(StateError::TooLarge { .. })) {
             return saved.map(drop);
         }
-        self.live = None;
+        if let Some(live) = self.live.take() {
+            // SAFETY: the instance is dropped right after, running nothing more.
+            unsafe { live.store.data().memory.release() };
+        }
         self.unloaded = true;
         self.plugin.release_code();
         crate::trim::request();
@@ -291,7 +295,7 @@ impl PluginInstance {
         let config = self.config.clone();
         let init = self.call(|bindings, store| {
             store.data_mut().in_init = true;
-            let result = bindings.call_init(store, &config);
+            let result = bindings.call_init(store, config);
             store.data_mut().in_init = false;
             result
         });

@@ -17,6 +17,7 @@ mod error;
 pub mod host;
 mod instance;
 mod load;
+mod memory;
 mod world;
 
 /// Host-side bindings generated from `wit/` (the current contract, 0.3.2).

@@ -5,15 +5,18 @@
 //! as the same two strings in all. The optional `state` export (0.3.2) is loaded beside the
 //! world, from the same instance.
 
+use std::sync::Arc;
+
 use wasmtime::Store;
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc};
 
 use super::bindings_state::{StateExport, StateExportIndices};
 
-use super::bindings::{self, wasmformer::plugin::types};
+use super::bindings::wasmformer::plugin::types;
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
 use super::host::{HostState, PackedKind, SharedObject};
+use super::memory::ConfigArg;
 use crate::cache::{Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
@@ -22,7 +25,9 @@ use crate::cache::{Event, Gvk};
 pub(crate) struct Pre {
     instance_pre: InstancePre<HostState>,
     world: WorldIndices,
-    state: Option<std::sync::Arc<StateExportIndices>>,
+    /// `init`, called by hand in every world: its config's lowering finds the guest's memory.
+    init: ComponentExportIndex,
+    state: Option<Arc<StateExportIndices>>,
 }
 
 /// Where `on-add`, `on-update` and `on-delete` of the 0.3.x `handler` export are.
@@ -47,24 +52,28 @@ struct EventFuncs {
     on_delete: TypedFunc<(SharedObject, bool), HandlerResult>,
 }
 
+/// Where the function `name` of the `handler` export of contract `version` is.
+///
+/// As the generated bindings look it up: a plugin built for an older minor of that version names
+/// the interface with its own version, which the lookup accepts as compatible.
+fn handler_function(
+    instance_pre: &InstancePre<HostState>,
+    version: &str,
+    name: &str,
+) -> wasmtime::Result<ComponentExportIndex> {
+    let interface = format!("{}/handler@{version}", super::CONTRACT_PACKAGE);
+    let component = instance_pre.component();
+    let handler = component
+        .get_export_index(None, &interface)
+        .ok_or_else(|| wasmtime::format_err!("no exported instance named `{interface}`"))?;
+    component
+        .get_export_index(Some(&handler), name)
+        .ok_or_else(|| wasmtime::format_err!("`{interface}` does not export `{name}`"))
+}
+
 impl EventIndices {
     fn new(instance_pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
-        // As the generated bindings look them up: a plugin built for an older 0.3.x names the
-        // interface with its own version, which the lookup accepts as compatible.
-        let interface = format!(
-            "{}/handler@{}",
-            super::CONTRACT_PACKAGE,
-            super::CONTRACT_VERSION
-        );
-        let component = instance_pre.component();
-        let handler = component
-            .get_export_index(None, &interface)
-            .ok_or_else(|| wasmtime::format_err!("no exported instance named `{interface}`"))?;
-        let function = |name: &str| {
-            component
-                .get_export_index(Some(&handler), name)
-                .ok_or_else(|| wasmtime::format_err!("`{interface}` does not export `{name}`"))
-        };
+        let function = |name| handler_function(instance_pre, super::CONTRACT_VERSION, name);
         Ok(Self {
             on_add: function("on-add")?,
             on_update: function("on-update")?,
@@ -89,14 +98,11 @@ impl EventIndices {
 #[derive(Clone)]
 enum WorldIndices {
     /// Built for 0.3.x.
-    Current(std::sync::Arc<bindings::PluginIndices>, EventIndices),
+    Current(EventIndices),
     /// Built for 0.3.1 or later, exporting `reconciler`.
-    Controller(
-        std::sync::Arc<bindings_controller::ControllerIndices>,
-        EventIndices,
-    ),
+    Controller(Arc<bindings_controller::ControllerIndices>, EventIndices),
     /// Built for 0.2.x.
-    V02(std::sync::Arc<bindings_v02::PluginIndices>),
+    V02(Arc<bindings_v02::PluginIndices>),
 }
 
 impl Pre {
@@ -108,25 +114,27 @@ impl Pre {
         state: bool,
         instance_pre: InstancePre<HostState>,
     ) -> wasmtime::Result<Self> {
-        use std::sync::Arc;
         let world = match (minor, reconciler) {
             (2, _) => WorldIndices::V02(Arc::new(bindings_v02::PluginIndices::new(&instance_pre)?)),
             (_, true) => WorldIndices::Controller(
                 Arc::new(bindings_controller::ControllerIndices::new(&instance_pre)?),
                 EventIndices::new(&instance_pre)?,
             ),
-            (_, false) => WorldIndices::Current(
-                Arc::new(bindings::PluginIndices::new(&instance_pre)?),
-                EventIndices::new(&instance_pre)?,
-            ),
+            (_, false) => WorldIndices::Current(EventIndices::new(&instance_pre)?),
         };
         let state = match state && minor != 2 {
             true => Some(Arc::new(StateExportIndices::new(&instance_pre)?)),
             false => None,
         };
+        let version = match minor {
+            2 => super::LEGACY_CONTRACT_VERSIONS[0],
+            _ => super::CONTRACT_VERSION,
+        };
+        let init = handler_function(&instance_pre, version, "init")?;
         Ok(Self {
             instance_pre,
             world,
+            init,
             state,
         })
     }
@@ -148,10 +156,7 @@ impl Pre {
     pub fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Bindings> {
         let instance = self.instance_pre.instantiate(&mut *store)?;
         let world = match &self.world {
-            WorldIndices::Current(indices, events) => World::Current(
-                indices.load(&mut *store, &instance)?,
-                events.load(store, &instance)?,
-            ),
+            WorldIndices::Current(events) => World::Current(events.load(store, &instance)?),
             WorldIndices::Controller(indices, events) => World::Controller(
                 indices.load(&mut *store, &instance)?,
                 events.load(store, &instance)?,
@@ -162,19 +167,21 @@ impl Pre {
             Some(indices) => Some(indices.load(&mut *store, &instance)?),
             None => None,
         };
-        Ok(Bindings { world, state })
+        let init = instance.get_typed_func(&mut *store, self.init)?;
+        Ok(Bindings { world, init, state })
     }
 }
 
 /// A live instance's exports: its world's, and `state` if it exports it.
 pub(crate) struct Bindings {
     world: World,
+    init: TypedFunc<(ConfigArg,), HandlerResult>,
     state: Option<StateExport>,
 }
 
 /// A live instance's exports, in its world.
 enum World {
-    Current(bindings::Plugin, EventFuncs),
+    Current(EventFuncs),
     Controller(bindings_controller::Controller, EventFuncs),
     V02(bindings_v02::Plugin),
 }
@@ -207,16 +214,14 @@ impl Bindings {
         )
     }
 
+    /// Calls `init`; lowering `config` notes where the guest's memory is.
     pub fn call_init(
         &self,
         store: &mut Store<HostState>,
-        config: &str,
+        config: Arc<str>,
     ) -> wasmtime::Result<Result<(), String>> {
-        match &self.world {
-            World::Current(b, _) => b.wasmformer_plugin_handler().call_init(store, config),
-            World::Controller(b, _) => b.wasmformer_plugin_handler().call_init(store, config),
-            World::V02(b) => b.wasmformer_plugin_handler().call_init(store, config),
-        }
+        let (result,) = self.init.call(store, (ConfigArg(config),))?;
+        Ok(result)
     }
 
     pub fn call_event(
@@ -227,7 +232,7 @@ impl Bindings {
     ) -> wasmtime::Result<Result<(), String>> {
         let object = |obj| SharedObject::new(*kind, obj);
         let events = match &self.world {
-            World::Current(_, events) | World::Controller(_, events) => events,
+            World::Current(events) | World::Controller(_, events) => events,
             World::V02(b) => {
                 let handler = b.wasmformer_plugin_handler();
                 let object = |o| object(o).into_v02();

@@ -34,6 +34,7 @@ pub(crate) use object::{PackedKind, SharedObject};
 pub use writer::WriteAccess;
 
 use crate::plugin::bindings::wasmformer::plugin::types;
+use crate::plugin::memory::GuestMemory;
 
 /// The call's deadline passed: while the plugin's own code ran (the epoch check), or in a host
 /// call (one made late, or a WASI wait the deadline cut short).
@@ -53,11 +54,28 @@ pub(crate) struct MemoryLimitExceeded {
     pub desired: usize,
 }
 
-/// Enforces the per-instance memory limit with a typed error, so the trap can be told apart.
+/// Enforces the per-instance memory limit with a typed error, so the trap can be told apart;
+/// and knows where the memory is, to give its pages back when the instance is unloaded.
 pub(crate) struct MemoryCap {
     pub limit: usize,
     /// The largest size a memory of this instance has been allowed to reach.
     pub peak: usize,
+    /// Where the memory starts, once `init`'s config was lowered into it.
+    pub base: Option<GuestMemory>,
+}
+
+impl MemoryCap {
+    /// Gives the memory's pages back to the OS (see [`GuestMemory::release`]).
+    ///
+    /// # Safety
+    /// The instance runs no more wasm and is dropped next.
+    pub(crate) unsafe fn release(&self) {
+        if let Some(memory) = self.base {
+            // SAFETY: the caller's contract; `peak` is at most the slot's memory (a pooled
+            // memory's size never passes what its limiter allowed).
+            unsafe { memory.release(self.peak) };
+        }
+    }
 }
 
 impl ResourceLimiter for MemoryCap {
@@ -125,6 +143,7 @@ impl HostState {
             memory: MemoryCap {
                 limit: memory_limit,
                 peak: 0,
+                base: None,
             },
             grants,
             log,

@@ -1,0 +1,121 @@
+//! A plugin instance's linear memory as the host sees it: where it is, noted when `init`'s config
+//! is lowered into it ([`ConfigArg`]), and its pages given back to the OS when the instance is
+//! unloaded ([`GuestMemory::release`]).
+//!
+//! The instance pool keeps the pages a start writes resident in a released slot
+//! (`host.keepResidentBytes`), so the next start in that slot faults none in: right for a slot
+//! used again soon (a restart after a trap, the next instance of the same plugin), wrong for an
+//! unloaded plugin's, which may stay idle for hours. So before an unload drops its instance, the
+//! host gives back every page of its memory itself: anonymous pages read as zeros again, the
+//! copy-on-write image's as the image, exactly what the pool's reset would leave, and wasmtime
+//! then finds no page written and keeps none. wasmtime 49 has no call for this (50's
+//! `Engine::release_idle_pool_memory` releases every idle slot at once, and keeping saves little
+//! there: BENCHMARKS.md) and does not tell an embedder where a component's memory is; lowering a
+//! string into it does. [`give_back`] is the host's one way of returning pages (the compile cache
+//! uses it for a loaded artifact's metadata too).
+
+use std::any::Any;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use wasmtime::ValRaw;
+use wasmtime::component::__internal::{
+    CanonicalAbiInfo, InstanceType, InterfaceType, LowerContext,
+};
+use wasmtime::component::{ComponentType, Lower};
+
+use super::host::HostState;
+
+/// `init`'s config, lowered as the `string` it is, noting where the guest's memory starts (in
+/// the instance's [`MemoryCap`](super::host::MemoryCap)).
+pub(crate) struct ConfigArg(pub(crate) Arc<str>);
+
+impl ConfigArg {
+    fn note_memory<T: 'static>(cx: &mut LowerContext<'_, T>) {
+        let base = cx.as_slice_mut().as_ptr() as usize;
+        if let Some(state) = (cx.store.data_mut() as &mut dyn Any).downcast_mut::<HostState>() {
+            state.memory.base = Some(GuestMemory { base });
+        }
+    }
+}
+
+// SAFETY: lowered exactly as `str` is (its ABI, type check and lowering); the memory's address
+// is only read.
+unsafe impl ComponentType for ConfigArg {
+    type Lower = <str as ComponentType>::Lower;
+    const ABI: CanonicalAbiInfo = <str as ComponentType>::ABI;
+
+    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> wasmtime::Result<()> {
+        <str as ComponentType>::typecheck(ty, types)
+    }
+}
+
+// SAFETY: as for `ComponentType`.
+unsafe impl Lower for ConfigArg {
+    fn linear_lower_to_flat<T>(
+        &self,
+        cx: &mut LowerContext<'_, T>,
+        ty: InterfaceType,
+        dst: &mut MaybeUninit<[ValRaw; 2]>,
+    ) -> wasmtime::Result<()> {
+        str::linear_lower_to_flat(&self.0, cx, ty, dst)?;
+        Self::note_memory(cx);
+        Ok(())
+    }
+
+    fn linear_lower_to_memory<T>(
+        &self,
+        cx: &mut LowerContext<'_, T>,
+        ty: InterfaceType,
+        offset: usize,
+    ) -> wasmtime::Result<()> {
+        str::linear_lower_to_memory(&self.0, cx, ty, offset)?;
+        Self::note_memory(cx);
+        Ok(())
+    }
+}
+
+/// Where a live instance's linear memory starts: in the instance pool, a slot's fixed address
+/// for the instance's whole life (a pooled memory grows in place).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GuestMemory {
+    base: usize,
+}
+
+impl GuestMemory {
+    /// Gives the first `len` bytes' pages back to the OS.
+    ///
+    /// # Safety
+    /// The instance owning this memory runs no more wasm and is dropped next, and `len` is at
+    /// most what its slot reserves (the memory's size, or its limit).
+    pub(crate) unsafe fn release(self, len: usize) {
+        // SAFETY: the range is the instance's own memory, mapped by its pool slot, and nothing
+        // reads it again before the pool resets it (the caller's contract).
+        unsafe { give_back(self.base, len.div_ceil(page_size()) * page_size()) };
+    }
+}
+
+/// The OS's page size.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
+/// Gives the pages of `start..start + len` back to the OS (`madvise(MADV_DONTNEED)`): a private
+/// mapping's pages read as the file's bytes (or zeros, anonymous) when touched again. A failure
+/// only leaves them resident.
+///
+/// # Safety
+/// The range is mapped, page-aligned, and nothing relies on what was written there.
+pub(crate) unsafe fn give_back(start: usize, len: usize) {
+    if len == 0 || !start.is_multiple_of(page_size()) {
+        return;
+    }
+    // SAFETY: the caller's contract.
+    if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "could not give pages back to the OS"
+        );
+    }
+}
