@@ -722,8 +722,17 @@ fn a_released_slot_keeps_the_pages_its_instance_wrote_so_the_next_start_faults_n
         START_PAGES_BYTES,
         "host.keepResidentBytes needs Linux's PAGEMAP_SCAN (6.7+), which this kernel lacks"
     );
-    // The default: nothing kept.
-    let giving_back = PluginEngine::with_pool(shared_cache(), PoolSettings::default()).unwrap();
+    // The default keeps as much.
+    let default = PluginEngine::with_pool(shared_cache(), PoolSettings::default()).unwrap();
+    assert_eq!(default.keep_resident_bytes(), START_PAGES_BYTES);
+    let giving_back = PluginEngine::with_pool(
+        shared_cache(),
+        PoolSettings {
+            keep_resident_bytes: 0,
+            ..PoolSettings::default()
+        },
+    )
+    .unwrap();
     assert_eq!(giving_back.keep_resident_bytes(), 0);
     let (kept, given_back) = (
         faults_per_restart(&keeping, false),

@@ -66,11 +66,12 @@ pub struct HostSettings {
     /// instance pool (each running plugin holds one, a hot swap briefly two; each reserves about
     /// 4 GiB of address space, not memory). Read at start.
     pub max_instances: u32,
-    /// `keepResidentBytes: 0` — how much of the memory a dropped instance wrote its slot of the
-    /// pool keeps (of its linear memory, rounded up to pages, and a page of each table), reset in
-    /// place, so the next instance there starts without page faults (16384 covers an empty Rust
-    /// plugin's start, and costs an unloaded plugin about 44 KiB more); `0` (the default): give
-    /// all of it back to the OS, the smallest footprint for unloaded plugins. Read at start.
+    /// `keepResidentBytes: 16384` — how much of the memory a dropped instance wrote its slot of
+    /// the pool keeps (of its linear memory, rounded up to pages, and a page of each table), reset
+    /// in place, so the next instance there starts without page faults (the default covers an
+    /// empty Rust plugin's start); `0`: give all of it back to the OS. An unloaded plugin's slot
+    /// keeps only its tables' pages either way (its memory is given back by the unload). Needs
+    /// Linux 6.7+ (`PAGEMAP_SCAN`); elsewhere nothing is kept. Read at start.
     pub keep_resident_bytes: usize,
     /// `deliveryThreads: 32` — the most OS threads that call plugins at once. A plugin holds one
     /// only while it has something to deliver, so idle plugins hold none; past the limit, busy

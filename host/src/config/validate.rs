@@ -615,15 +615,15 @@ plugins:
     }
 
     #[test]
-    fn keep_resident_bytes_is_read_and_defaults_to_nothing() {
+    fn keep_resident_bytes_is_read_and_defaults_to_an_empty_plugins_start() {
         let config = HostConfig::parse(GOOD, PathBuf::new()).unwrap();
-        assert_eq!(config.host.keep_resident_bytes, 0);
-        let four_pages = GOOD.replace(
-            "  defaultResync: 30s",
-            "  defaultResync: 30s\n  keepResidentBytes: 16384",
-        );
-        let config = HostConfig::parse(&four_pages, PathBuf::new()).unwrap();
         assert_eq!(config.host.keep_resident_bytes, 16384);
+        let nothing = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  keepResidentBytes: 0",
+        );
+        let config = HostConfig::parse(&nothing, PathBuf::new()).unwrap();
+        assert_eq!(config.host.keep_resident_bytes, 0);
         let bad = GOOD.replace(
             "  defaultResync: 30s",
             "  defaultResync: 30s\n  keepResidentBytes: 16KiB",

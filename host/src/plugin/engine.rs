@@ -20,9 +20,10 @@
 //! makes no `madvise` (no TLB shootdown) when nothing more was written. wasmtime finds the written
 //! pages with Linux's `PAGEMAP_SCAN` (6.7+); without it, keeping would reset the lowest addresses,
 //! which a Rust guest's stack leaves untouched, so nothing is kept and the engine logs a warning.
-//! The price: a released slot holds that much memory until it is used again (an unloaded plugin's
-//! slot included), and the image pages its instance read stay mapped; so the default is `0`, which
-//! gives everything back.
+//! The price: a released slot holds that much memory until it is used again, and the image pages
+//! its instance read stay mapped. An unloaded plugin's slot keeps none of its memory: the unload
+//! gives every page back itself first (`memory.rs`), so only its tables' pages stay. The default,
+//! [`START_PAGES_BYTES`], covers an empty Rust plugin's start.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
@@ -86,10 +87,12 @@ impl Default for PoolSettings {
 /// The default of `host.maxInstances`.
 pub const DEFAULT_MAX_INSTANCES: u32 = 1000;
 
-/// The default of `host.keepResidentBytes`: nothing, so an unloaded plugin's slot gives all its
-/// pages back (issue 16). Keeping costs more than the pages kept: a slot whose written pages all
-/// fit is not `madvise`d at all, so the memory image's pages its instance read stay mapped too.
-pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 0;
+/// The default of `host.keepResidentBytes`: what an empty Rust plugin's start writes, so a start in
+/// a released slot faults none in (issue 17, item 6). Keeping costs more than the pages kept (a
+/// slot whose written pages all fit is not `madvise`d at all, so the memory image's pages its
+/// instance read stay mapped too), but not for an unloaded plugin, whose memory the unload gives
+/// back (issue 16).
+pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = START_PAGES_BYTES;
 
 /// What an empty Rust plugin's start writes in its linear memory: four pages (stack, allocator
 /// state, heap start and end). Kept resident, a start in a released slot faults no page in.
@@ -301,12 +304,16 @@ impl Reloader {
 }
 
 /// What a released slot keeps resident for `requested` bytes: all of it where wasmtime can find the
-/// written pages (`PAGEMAP_SCAN`), else nothing, with a warning: keeping the lowest addresses
-/// instead would copy pages a Rust guest never wrote (its stack sits at the bottom) on every
-/// release and save no fault.
+/// written pages (`PAGEMAP_SCAN`), else nothing: keeping the lowest addresses instead would copy
+/// pages a Rust guest never wrote (its stack sits at the bottom) on every release and save no
+/// fault. Asked for explicitly (not the default), nothing is said with a warning.
 fn effective_keep_resident(requested: usize) -> usize {
     if requested == 0 || PoolingAllocationConfig::is_pagemap_scan_available() {
         return requested;
+    }
+    if requested == DEFAULT_KEEP_RESIDENT_BYTES {
+        tracing::debug!("released instances keep no pages: the kernel lacks PAGEMAP_SCAN");
+        return 0;
     }
     tracing::warn!(
         host.keepResidentBytes = requested,
