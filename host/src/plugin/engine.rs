@@ -59,6 +59,10 @@ const INSTANCE_METADATA_BYTES: usize = 16 << 20;
 /// writes (its lazily initialised function references); more would keep pages no start needs
 /// (an interpreter's tables are larger), and per table, for every released slot.
 const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
+/// The most memory one instance's slot of the pool holds (wasmtime's default, set explicitly
+/// because [`MemoryCap::release`](super::host::MemoryCap::release) relies on it: nothing it gives
+/// back lies beyond).
+pub(crate) const SLOT_MEMORY_BYTES: usize = 4 << 30;
 /// Released slots that keep their affinity (wasmtime's default): the next instance of the same
 /// component reuses one, its memory image still mapped. Their dirty pages are given back.
 const WARM_SLOTS: u32 = 100;
@@ -145,6 +149,7 @@ impl PluginEngine {
             .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
             .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
             .table_elements(TABLE_ELEMENTS)
+            .max_memory_size(SLOT_MEMORY_BYTES)
             .max_core_instance_size(INSTANCE_METADATA_BYTES)
             .max_component_instance_size(INSTANCE_METADATA_BYTES)
             .max_unused_warm_slots(WARM_SLOTS)

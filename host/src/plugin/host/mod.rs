@@ -71,9 +71,11 @@ impl MemoryCap {
     /// The instance runs no more wasm and is dropped next.
     pub(crate) unsafe fn release(&self) {
         if let Some(memory) = self.base {
-            // SAFETY: the caller's contract; `peak` is at most the slot's memory (a pooled
-            // memory's size never passes what its limiter allowed).
-            unsafe { memory.release(self.peak) };
+            // The memory's size is at most the largest its limiter allowed, and at most its
+            // slot's (a grow the limiter allowed may still have failed).
+            let len = self.peak.min(crate::plugin::engine::SLOT_MEMORY_BYTES);
+            // SAFETY: the caller's contract; the range lies in the instance's slot.
+            unsafe { memory.release(len) };
         }
     }
 }
