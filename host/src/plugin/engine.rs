@@ -19,7 +19,8 @@
 //! back to the kernel: the next instance in that slot does not fault them in again, and the release
 //! makes no `madvise` (no TLB shootdown) when nothing more was written. wasmtime finds the written
 //! pages with Linux's `PAGEMAP_SCAN` (6.7+); without it, keeping would reset the lowest addresses,
-//! which a Rust guest's stack leaves untouched, so nothing is kept and the engine logs a warning.
+//! which a Rust guest's stack leaves untouched, so nothing is kept (with a warning if
+//! `host.keepResidentBytes` was set explicitly).
 //! The price: a released slot holds that much memory until it is used again, and the image pages
 //! its instance read stay mapped. An unloaded plugin's slot keeps none of its memory: the unload
 //! gives every page back itself first (`memory.rs`), so only its tables' pages stay. The default,
@@ -311,7 +312,7 @@ impl Reloader {
 /// What a released slot keeps resident for `requested` bytes: all of it where wasmtime can find the
 /// written pages (`PAGEMAP_SCAN`), else nothing: keeping the lowest addresses instead would copy
 /// pages a Rust guest never wrote (its stack sits at the bottom) on every release and save no
-/// fault. Asked for explicitly (not the default), nothing is said with a warning.
+/// fault. A value set explicitly (not the default) that cannot be kept is reported with a warning.
 fn effective_keep_resident(requested: usize) -> usize {
     if requested == 0 || PoolingAllocationConfig::is_pagemap_scan_available() {
         return requested;
