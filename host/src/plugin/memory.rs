@@ -89,9 +89,10 @@ impl GuestMemory {
     /// The instance owning this memory runs no more wasm and is dropped next, and `len` is at
     /// most what its slot reserves (the memory's size, or its limit).
     pub(crate) unsafe fn release(self, len: usize) {
+        let page = page_size();
         // SAFETY: the range is the instance's own memory, mapped by its pool slot, and nothing
         // reads it again before the pool resets it (the caller's contract).
-        unsafe { give_back(self.base, len.div_ceil(page_size()) * page_size()) };
+        unsafe { give_back(self.base, len.div_ceil(page) * page) };
     }
 }
 
