@@ -210,6 +210,28 @@ fn a_restore_that_traps_or_fails_falls_back_to_init_and_is_reported() {
     }
 }
 
+/// A state of many pages (the host faults the pages it lands on in at once before copying it)
+/// restores byte for byte: the counter parses it, counts on, and saves the same bytes again.
+#[test]
+fn a_state_of_many_pages_restores_byte_for_byte() {
+    let engine = engine();
+    let recorded = Recorded::default();
+    let mut instance = start(&engine, guests::COUNTER, Limits::default(), &recorded);
+    // Not a whole number of pages, so the state starts and ends inside a page.
+    add(&mut instance, "grow-300001", 1);
+    instance.unload().unwrap();
+    let saved = instance.saved_state_bytes().expect("a state is kept");
+    assert!(saved > 300_001, "{saved}");
+    for rv in 2..=3 {
+        add(&mut instance, "same-size", rv);
+        assert!(instance.take_state_error().is_none(), "restored");
+        instance.unload().unwrap();
+        assert_eq!(instance.saved_state_bytes(), Some(saved), "event {rv}");
+    }
+    assert_eq!(counts(&recorded), [1, 2, 3]);
+    assert_eq!(instance.activations(), 2);
+}
+
 #[test]
 fn a_state_over_the_limit_is_refused_naming_the_plugin_and_the_plugin_stays_loaded() {
     let engine = engine();

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use wasmtime::Store;
-use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, TypedFunc};
+use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, TypedFunc};
 
 use super::bindings_state::{StateExport, StateExportIndices};
 
@@ -16,7 +16,7 @@ use super::bindings::wasmformer::plugin::types;
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
 use super::host::{HostState, PackedKind, SharedObject};
-use super::memory::ConfigArg;
+use super::memory::{ConfigArg, StateArg};
 use crate::cache::{Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
@@ -27,7 +27,9 @@ pub(crate) struct Pre {
     world: WorldIndices,
     /// `init`, called by hand in every world: its config's lowering finds the guest's memory.
     init: ComponentExportIndex,
-    state: Option<Arc<StateExportIndices>>,
+    /// The `state` export's indices, and `restore-state`'s, called by hand: its state's lowering
+    /// faults the pages it fills in at once.
+    state: Option<(Arc<StateExportIndices>, ComponentExportIndex)>,
 }
 
 /// Where `on-add`, `on-update` and `on-delete` of the 0.3.x `handler` export are.
@@ -61,7 +63,17 @@ fn handler_function(
     version: &str,
     name: &str,
 ) -> wasmtime::Result<ComponentExportIndex> {
-    let interface = format!("{}/handler@{version}", super::CONTRACT_PACKAGE);
+    export_function(instance_pre, "handler", version, name)
+}
+
+/// Where the function `name` of the export `interface` of contract `version` is.
+fn export_function(
+    instance_pre: &InstancePre<HostState>,
+    interface: &str,
+    version: &str,
+    name: &str,
+) -> wasmtime::Result<ComponentExportIndex> {
+    let interface = format!("{}/{interface}@{version}", super::CONTRACT_PACKAGE);
     let component = instance_pre.component();
     let handler = component
         .get_export_index(None, &interface)
@@ -123,7 +135,15 @@ impl Pre {
             (_, false) => WorldIndices::Current(EventIndices::new(&instance_pre)?),
         };
         let state = match state && minor != 2 {
-            true => Some(Arc::new(StateExportIndices::new(&instance_pre)?)),
+            true => Some((
+                Arc::new(StateExportIndices::new(&instance_pre)?),
+                export_function(
+                    &instance_pre,
+                    "state",
+                    super::CONTRACT_VERSION,
+                    "restore-state",
+                )?,
+            )),
             false => None,
         };
         let version = match minor {
@@ -164,7 +184,12 @@ impl Pre {
             WorldIndices::V02(indices) => World::V02(indices.load(&mut *store, &instance)?),
         };
         let state = match &self.state {
-            Some(indices) => Some(indices.load(&mut *store, &instance)?),
+            Some((indices, restore)) => Some((
+                indices.load(&mut *store, &instance)?,
+                instance
+                    .get_func(&mut *store, *restore)
+                    .ok_or_else(|| wasmtime::format_err!("no `restore-state` function"))?,
+            )),
             None => None,
         };
         let init = instance.get_typed_func(&mut *store, self.init)?;
@@ -176,7 +201,8 @@ impl Pre {
 pub(crate) struct Bindings {
     world: World,
     init: TypedFunc<(ConfigArg,), HandlerResult>,
-    state: Option<StateExport>,
+    /// The `state` export, and its `restore-state` to call by hand.
+    state: Option<(StateExport, Func)>,
 }
 
 /// A live instance's exports, in its world.
@@ -195,7 +221,7 @@ impl Bindings {
         &self,
         store: &mut Store<HostState>,
     ) -> Option<wasmtime::Result<Vec<u8>>> {
-        let state = self.state.as_ref()?;
+        let (state, _) = self.state.as_ref()?;
         Some(state.wasmformer_plugin_state().call_save_state(store))
     }
 
@@ -206,12 +232,12 @@ impl Bindings {
         bytes: &[u8],
         from_version: &str,
     ) -> Option<wasmtime::Result<Result<(), String>>> {
-        let state = self.state.as_ref()?;
-        Some(
-            state
-                .wasmformer_plugin_state()
-                .call_restore_state(store, bytes, from_version),
-        )
+        let (_, restore) = self.state.as_ref()?;
+        Some((|| {
+            let restore = restore.typed::<(StateArg<'_>, &str), HandlerResult>(&*store)?;
+            let (result,) = restore.call(store, (StateArg(bytes), from_version))?;
+            Ok(result)
+        })())
     }
 
     /// Calls `init`; lowering `config` notes where the guest's memory is.
