@@ -46,15 +46,6 @@ pub(crate) mod bindings_controller {
     });
 }
 
-/// Host-side bindings of the optional `state` export (0.3.2), loaded beside a plugin's world when
-/// it exports `state`.
-pub(crate) mod bindings_state {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "state-export",
-    });
-}
-
 /// Host-side bindings of the frozen 0.2.0 contract (`host/wit-0.2/`): linked beside the current
 /// one so plugins built before `writer` keep loading unchanged.
 pub(crate) mod bindings_v02 {

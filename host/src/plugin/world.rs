@@ -10,8 +10,6 @@ use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, TypedFunc};
 
-use super::bindings_state::{StateExport, StateExportIndices};
-
 use super::bindings::wasmformer::plugin::types;
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
@@ -27,9 +25,23 @@ pub(crate) struct Pre {
     world: WorldIndices,
     /// `init`, called by hand in every world: its config's lowering finds the guest's memory.
     init: ComponentExportIndex,
-    /// The `state` export's indices, and `restore-state`'s, called by hand: its state's lowering
-    /// faults the pages it fills in at once.
-    state: Option<(Arc<StateExportIndices>, ComponentExportIndex)>,
+    state: Option<StateIndices>,
+}
+
+/// Where `save-state` and `restore-state` of the optional `state` export are. Both are called by
+/// hand, like `init`: a restored state's lowering ([`StateArg`]) faults in at once the pages it
+/// fills.
+#[derive(Clone, Copy)]
+struct StateIndices {
+    save: ComponentExportIndex,
+    restore: ComponentExportIndex,
+}
+
+/// The `state` functions of one live instance. `restore-state` is typed at its call, where the
+/// state it lowers is borrowed.
+struct StateFuncs {
+    save: TypedFunc<(), (Vec<u8>,)>,
+    restore: Func,
 }
 
 /// Where `on-add`, `on-update` and `on-delete` of the 0.3.x `handler` export are.
@@ -75,11 +87,11 @@ fn export_function(
 ) -> wasmtime::Result<ComponentExportIndex> {
     let interface = format!("{}/{interface}@{version}", super::CONTRACT_PACKAGE);
     let component = instance_pre.component();
-    let handler = component
+    let exported = component
         .get_export_index(None, &interface)
         .ok_or_else(|| wasmtime::format_err!("no exported instance named `{interface}`"))?;
     component
-        .get_export_index(Some(&handler), name)
+        .get_export_index(Some(&exported), name)
         .ok_or_else(|| wasmtime::format_err!("`{interface}` does not export `{name}`"))
 }
 
@@ -135,15 +147,14 @@ impl Pre {
             (_, false) => WorldIndices::Current(EventIndices::new(&instance_pre)?),
         };
         let state = match state && minor != 2 {
-            true => Some((
-                Arc::new(StateExportIndices::new(&instance_pre)?),
-                export_function(
-                    &instance_pre,
-                    "state",
-                    super::CONTRACT_VERSION,
-                    "restore-state",
-                )?,
-            )),
+            true => {
+                let function =
+                    |name| export_function(&instance_pre, "state", super::CONTRACT_VERSION, name);
+                Some(StateIndices {
+                    save: function("save-state")?,
+                    restore: function("restore-state")?,
+                })
+            }
             false => None,
         };
         let version = match minor {
@@ -184,12 +195,12 @@ impl Pre {
             WorldIndices::V02(indices) => World::V02(indices.load(&mut *store, &instance)?),
         };
         let state = match &self.state {
-            Some((indices, restore)) => Some((
-                indices.load(&mut *store, &instance)?,
-                instance
-                    .get_func(&mut *store, *restore)
+            Some(indices) => Some(StateFuncs {
+                save: instance.get_typed_func(&mut *store, indices.save)?,
+                restore: instance
+                    .get_func(&mut *store, indices.restore)
                     .ok_or_else(|| wasmtime::format_err!("no `restore-state` function"))?,
-            )),
+            }),
             None => None,
         };
         let init = instance.get_typed_func(&mut *store, self.init)?;
@@ -201,8 +212,7 @@ impl Pre {
 pub(crate) struct Bindings {
     world: World,
     init: TypedFunc<(ConfigArg,), HandlerResult>,
-    /// The `state` export, and its `restore-state` to call by hand.
-    state: Option<(StateExport, Func)>,
+    state: Option<StateFuncs>,
 }
 
 /// A live instance's exports, in its world.
@@ -221,8 +231,8 @@ impl Bindings {
         &self,
         store: &mut Store<HostState>,
     ) -> Option<wasmtime::Result<Vec<u8>>> {
-        let (state, _) = self.state.as_ref()?;
-        Some(state.wasmformer_plugin_state().call_save_state(store))
+        let state = self.state.as_ref()?;
+        Some(state.save.call(store, ()).map(|(bytes,)| bytes))
     }
 
     /// Calls `restore-state` (`None`: the plugin does not export `state`).
@@ -232,12 +242,8 @@ impl Bindings {
         bytes: &[u8],
         from_version: &str,
     ) -> Option<wasmtime::Result<Result<(), String>>> {
-        let (_, restore) = self.state.as_ref()?;
-        Some((|| {
-            let restore = restore.typed::<(StateArg<'_>, &str), HandlerResult>(&*store)?;
-            let (result,) = restore.call(store, (StateArg(bytes), from_version))?;
-            Ok(result)
-        })())
+        let state = self.state.as_ref()?;
+        Some(restore_state(&state.restore, store, bytes, from_version))
     }
 
     /// Calls `init`; lowering `config` notes where the guest's memory is.
@@ -318,4 +324,16 @@ impl Bindings {
                 .map_err(|e| (e.message, e.retry))
         }))
     }
+}
+
+/// Calls `restore-state` with `bytes`, lowered by [`StateArg`].
+fn restore_state(
+    restore: &Func,
+    store: &mut Store<HostState>,
+    bytes: &[u8],
+    from_version: &str,
+) -> wasmtime::Result<Result<(), String>> {
+    let restore = restore.typed::<(StateArg<'_>, &str), HandlerResult>(&*store)?;
+    let (result,) = restore.call(store, (StateArg(bytes), from_version))?;
+    Ok(result)
 }
