@@ -67,9 +67,6 @@ struct EventFuncs {
 }
 
 /// Where the function `name` of the `handler` export of contract `version` is.
-///
-/// As the generated bindings look it up: a plugin built for an older minor of that version names
-/// the interface with its own version, which the lookup accepts as compatible.
 fn handler_function(
     instance_pre: &InstancePre<HostState>,
     version: &str,
@@ -79,6 +76,9 @@ fn handler_function(
 }
 
 /// Where the function `name` of the export `interface` of contract `version` is.
+///
+/// As the generated bindings look it up: a plugin built for an older minor of that version names
+/// the interface with its own version, which the lookup accepts as compatible.
 fn export_function(
     instance_pre: &InstancePre<HostState>,
     interface: &str,
