@@ -162,12 +162,13 @@ pub trait Plugin: Default + 'static {
 ///
 /// **State.** With `state`, the plugin type must also derive `serde::Serialize` and
 /// `serde::Deserialize`. When the host unloads the idle plugin or swaps in a new version, the
-/// plugin is serialized (JSON; fields marked `#[serde(skip)]` are not kept); the next instance is
-/// deserialized from it instead of made with [`Default`], and then [`Plugin::init`] runs on it with
-/// the current config. A new version reads its predecessor's state with its own type: give added
-/// fields `#[serde(default)]`, renamed ones `#[serde(alias = "old")]`; [`restored_from`] says which
-/// version saved it. A state that does not deserialize fails the restore: the host reports it and
-/// starts the plugin from [`Default`].
+/// plugin is serialized (MessagePack, its fields named as in JSON; fields marked `#[serde(skip)]`
+/// are not kept); the next instance is deserialized from it instead of made with [`Default`], and
+/// then [`Plugin::init`] runs on it with the current config. A new version reads its
+/// predecessor's state with its own type: give added fields `#[serde(default)]`, renamed ones
+/// `#[serde(alias = "old")]`; [`restored_from`] says which version saved it. A state saved as
+/// JSON (by an earlier SDK, or by a Python or JavaScript version) reads too. A state that does not
+/// deserialize fails the restore: the host reports it and starts the plugin from [`Default`].
 #[macro_export]
 #[rustfmt::skip] // rustfmt indents the nested bindings macro call differently on every run
 macro_rules! export {
@@ -329,11 +330,22 @@ pub mod __private {
         Ok(())
     }
 
-    /// The plugin as JSON (empty before `init`: nothing to keep).
+    /// The first byte of a state saved as MessagePack. MessagePack never uses it, and no JSON
+    /// text begins with it: a state saved as JSON (by an SDK before MessagePack states, or by a
+    /// Python or JavaScript version of the plugin) has no such first byte, and still reads.
+    pub const MESSAGEPACK: u8 = 0xc1;
+
+    /// The plugin as [`MESSAGEPACK`] and MessagePack with its fields named, so a later version
+    /// reads it as it would JSON (empty before `init`: nothing to keep). Unlike JSON, a string
+    /// is its length and its bytes: saved and restored by copying, not by escaping and scanning
+    /// every byte.
     pub fn save_state<P: Plugin + serde::Serialize>(state: &'static State<P>) -> Vec<u8> {
         state.with(|s| match s.borrow().as_ref() {
             Some(plugin) => {
-                serde_json::to_vec(plugin).expect("the plugin's state serializes to JSON")
+                let mut bytes = vec![MESSAGEPACK];
+                rmp_serde::encode::write_named(&mut bytes, plugin)
+                    .expect("the plugin's state serializes to MessagePack");
+                bytes
             }
             None => Vec::new(),
         })
@@ -351,13 +363,20 @@ pub mod __private {
                 std::any::type_name::<P>()
             )
         };
-        // Checked as text once, so serde_json does not check every string's bytes again (most
-        // of a large string state's restore, in wasm); ASCII, the usual case, checks fastest.
-        let text = match ascii_text(bytes) {
-            Some(text) => text,
-            None => std::str::from_utf8(bytes).map_err(|e| does_not_read(&e))?,
+        let plugin: P = match bytes.split_first() {
+            Some((&MESSAGEPACK, saved)) => {
+                rmp_serde::from_slice(saved).map_err(|e| does_not_read(&e))?
+            }
+            _ => {
+                // JSON, checked as text once so serde_json does not check every string's
+                // bytes again; ASCII, the usual case, checks fastest.
+                let text = match ascii_text(bytes) {
+                    Some(text) => text,
+                    None => std::str::from_utf8(bytes).map_err(|e| does_not_read(&e))?,
+                };
+                serde_json::from_str(text).map_err(|e| does_not_read(&e))?
+            }
         };
-        let plugin: P = serde_json::from_str(text).map_err(|e| does_not_read(&e))?;
         state.with(|s| *s.borrow_mut() = Some(plugin));
         RESTORED_FROM.with(|from| *from.borrow_mut() = Some(from_version));
         Ok(())
@@ -420,7 +439,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::__private::{ascii_text, restore_state};
+    use super::__private::{MESSAGEPACK, ascii_text, restore_state, save_state};
 
     #[derive(Default, serde::Deserialize)]
     struct Notes {
@@ -450,6 +469,68 @@ mod tests {
             restored(r#"{"text":"grüße, 東京\u00e9"}"#.as_bytes()),
             Ok("grüße, 東京é".to_owned())
         );
+    }
+
+    /// A first version's state: `Notes2` renames `draft`, drops `retired` and adds `pinned`.
+    #[derive(Default, serde::Serialize)]
+    struct Draft {
+        #[serde(rename = "draft")]
+        text: String,
+        edits: u64,
+        retired: Option<bool>,
+    }
+
+    impl crate::Plugin for Draft {}
+
+    std::thread_local! {
+        static DRAFT: RefCell<Option<Draft>> = const { RefCell::new(None) };
+    }
+
+    #[derive(Default, serde::Deserialize)]
+    struct Notes2 {
+        #[serde(alias = "draft")]
+        text: String,
+        edits: u64,
+        #[serde(default)]
+        pinned: Vec<String>,
+    }
+
+    impl crate::Plugin for Notes2 {}
+
+    std::thread_local! {
+        static NOTES2: RefCell<Option<Notes2>> = const { RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_saved_state_is_messagepack_that_a_changed_type_reads_by_field_name() {
+        let text = format!("grüße, 東京 \"{}\"", "x".repeat(100_000));
+        DRAFT.with(|d| {
+            *d.borrow_mut() = Some(Draft {
+                text: text.clone(),
+                edits: u64::MAX,
+                retired: Some(true),
+            })
+        });
+        let saved = save_state(&DRAFT);
+        assert_eq!(saved[0], MESSAGEPACK);
+        // The string's bytes as they are, not escaped.
+        assert!(saved.windows(text.len()).any(|w| w == text.as_bytes()));
+        assert!(serde_json::from_slice::<serde_json::Value>(&saved).is_err());
+
+        restore_state(&NOTES2, &saved, "v1".to_owned()).expect("restored");
+        let notes = NOTES2.with(|n| n.borrow_mut().take()).expect("restored");
+        assert_eq!((notes.text, notes.edits), (text, u64::MAX));
+        assert!(notes.pinned.is_empty());
+    }
+
+    #[test]
+    fn a_messagepack_state_of_another_shape_is_refused() {
+        let mut saved = vec![MESSAGEPACK];
+        rmp_serde::encode::write_named(&mut saved, &[1, 2, 3]).expect("encoded");
+        let error = restored(&saved).expect_err("a list is not Notes");
+        assert!(error.contains("does not read as"), "{error}");
+        let error = restored(&[MESSAGEPACK, 0x81]).expect_err("a map cut short");
+        assert!(error.contains("does not read as"), "{error}");
     }
 
     #[test]

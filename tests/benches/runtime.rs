@@ -800,7 +800,7 @@ fn main() {
 
 /// Issue 16: what an idle unload costs, and the next event to an unloaded plugin (instantiate,
 /// `restore-state`, `init`, then the call): for the empty guest (no state) and for the `counter`
-/// guest holding 1 MiB of state (JSON, saved and parsed in the guest).
+/// guest holding 1 MiB of state (the SDK's MessagePack, saved and read in the guest).
 fn lifecycle_benches(
     bench: &mut Bench,
     engine: &PluginEngine,
@@ -886,7 +886,7 @@ fn lifecycle_benches(
     );
     bench.run(
         "9e-fresh-pages-2mib",
-        "2 MiB of fresh memory written a page at a time: the floor of 9b on this machine, whose guest writes 1 MiB of state bytes and a 1 MiB string parsed from them into memory given back at the unload",
+        "2 MiB of fresh memory written a page at a time: the floor of 9b on this machine, whose guest writes 1 MiB of state bytes and a 1 MiB string read from them into memory given back at the unload",
         || {
             let pages = FreshPages::new(FRESH_PAGES * PAGE_BYTES);
             measure_batches(|iters| {
