@@ -523,6 +523,57 @@ mod tests {
         assert!(notes.pinned.is_empty());
     }
 
+    /// What serde's derive makes of a plugin's fields, in every shape that needs a
+    /// self-describing format: flattened, skipped when empty, internally tagged, integer keys,
+    /// JSON values, a float JSON cannot hold.
+    #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Shapes {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+        phase: Phase,
+        by_port: std::collections::BTreeMap<u32, String>,
+        ratio: f64,
+        #[serde(flatten)]
+        rest: std::collections::BTreeMap<String, serde_json::Value>,
+    }
+
+    #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(tag = "kind")]
+    enum Phase {
+        #[default]
+        Idle,
+        Syncing {
+            done: u32,
+        },
+    }
+
+    impl crate::Plugin for Shapes {}
+
+    std::thread_local! {
+        static SHAPES: RefCell<Option<Shapes>> = const { RefCell::new(None) };
+    }
+
+    #[test]
+    fn every_shape_of_field_comes_back_the_same() {
+        let shapes = Shapes {
+            note: None,
+            phase: Phase::Syncing { done: 7 },
+            by_port: [(80, "http".to_owned()), (443, "https".to_owned())].into(),
+            ratio: f64::INFINITY,
+            rest: [(
+                "extra".to_owned(),
+                serde_json::json!({"a": [1, -2, 3.5, null, "x"]}),
+            )]
+            .into(),
+        };
+        let expected = format!("{shapes:?}");
+        SHAPES.with(|s| *s.borrow_mut() = Some(shapes));
+        let saved = save_state(&SHAPES);
+        restore_state(&SHAPES, &saved, "v1".to_owned()).expect("restored");
+        let restored = SHAPES.with(|s| s.borrow_mut().take()).expect("restored");
+        assert_eq!(format!("{restored:?}"), expected);
+    }
+
     #[test]
     fn a_messagepack_state_of_another_shape_is_refused() {
         let mut saved = vec![MESSAGEPACK];
