@@ -1,6 +1,7 @@
 //! Plugin state that survives unloading and hot swap (contract 0.3.2's `state` export), on the
 //! instance without a cluster: a counter keeps its count across 100 unload/re-activate cycles and
-//! into a new version with another state format; a restore that traps or fails falls back to
+//! into a new version with another state format; a state saved as JSON (an older guest SDK's)
+//! still restores; a restore that traps or fails falls back to
 //! `init`; a state over `limits.stateBytes` is refused naming the plugin, and the plugin stays
 //! loaded; a plugin without `state` starts over with `init` after an unload.
 
@@ -8,7 +9,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use wasmformer::cache::Event;
-use wasmformer::plugin::{Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, StateError};
+use wasmformer::plugin::{
+    Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance, SavedState, StateError,
+};
 use wasmformer_tests::{Recorded, guests, pod, pod_gvk};
 
 fn engine() -> PluginEngine {
@@ -177,6 +180,34 @@ fn a_new_version_starts_from_its_predecessors_state_in_the_old_format() {
     v2.restore(v1.take_state().unwrap().unwrap()).unwrap();
     add(&mut v2, "b", 2);
     assert_eq!(last(&recorded)["total"], 2);
+}
+
+/// The state as the guest SDK saved it before MessagePack (2026-12-06), and as a Python or
+/// JavaScript version of the plugin saves it: JSON. A version built with today's SDK reads it.
+#[test]
+fn a_state_saved_as_json_by_an_older_sdk_still_restores() {
+    let engine = engine();
+    let recorded = Recorded::default();
+    let mut v1 = start(&engine, guests::COUNTER, Limits::default(), &recorded);
+    add(&mut v1, "a", 1);
+    let saved = v1.take_state().unwrap().expect("the counter keeps state");
+    assert_eq!(saved.bytes[0], 0xc1, "today's SDK saves MessagePack");
+
+    let mut v2 = start(&engine, guests::COUNTER_V2, Limits::default(), &recorded);
+    let json = SavedState {
+        bytes: r#"{"count":41,"poison":null,"ballast":"grüße"}"#.as_bytes().to_vec(),
+        version: "0".repeat(64),
+    };
+    v2.restore(json).unwrap();
+    assert!(v2.take_state_error().is_none());
+    add(&mut v2, "a", 2);
+    let line = last(&recorded);
+    assert_eq!(
+        (&line["total"], &line["sinceV2"]),
+        (&json!(42), &json!(1)),
+        "{line}"
+    );
+    assert_eq!(line["restoredFrom"], "000000000000");
 }
 
 #[test]
