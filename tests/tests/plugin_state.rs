@@ -1,9 +1,9 @@
 //! Plugin state that survives unloading and hot swap (contract 0.3.2's `state` export), on the
 //! instance without a cluster: a counter keeps its count across 100 unload/re-activate cycles and
 //! into a new version with another state format; a state saved as JSON (an older guest SDK's)
-//! still restores; a restore that traps or fails falls back to
-//! `init`; a state over `limits.stateBytes` is refused naming the plugin, and the plugin stays
-//! loaded; a plugin without `state` starts over with `init` after an unload.
+//! still restores; a restore that traps or fails falls back to `init`; a state over
+//! `limits.stateBytes` is refused naming the plugin, and the plugin stays loaded; a plugin
+//! without `state` starts over with `init` after an unload.
 
 use std::path::Path;
 
