@@ -338,17 +338,35 @@ pub mod __private {
     /// The plugin as [`MESSAGEPACK`] and MessagePack with its fields named, so a later version
     /// reads it as it would JSON (empty before `init`: nothing to keep). Unlike JSON, a string
     /// is its length and its bytes: saved and restored by copying, not by escaping and scanning
-    /// every byte.
+    /// every byte. Measured first, so the state is written once into memory of its size: an
+    /// unload grows the plugin's memory by no more than its state.
     pub fn save_state<P: Plugin + serde::Serialize>(state: &'static State<P>) -> Vec<u8> {
+        const FAILED: &str = "the plugin's state serializes to MessagePack";
         state.with(|s| match s.borrow().as_ref() {
             Some(plugin) => {
-                let mut bytes = vec![MESSAGEPACK];
-                rmp_serde::encode::write_named(&mut bytes, plugin)
-                    .expect("the plugin's state serializes to MessagePack");
+                let mut size = Measure(1);
+                rmp_serde::encode::write_named(&mut size, plugin).expect(FAILED);
+                let mut bytes = Vec::with_capacity(size.0);
+                bytes.push(MESSAGEPACK);
+                rmp_serde::encode::write_named(&mut bytes, plugin).expect(FAILED);
                 bytes
             }
             None => Vec::new(),
         })
+    }
+
+    /// Counts the bytes written to it.
+    struct Measure(usize);
+
+    impl std::io::Write for Measure {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     /// Deserializes the plugin from `bytes`; `init` then runs on it.
@@ -513,6 +531,11 @@ mod tests {
         });
         let saved = save_state(&DRAFT);
         assert_eq!(saved[0], MESSAGEPACK);
+        assert_eq!(
+            saved.capacity(),
+            saved.len(),
+            "written once, into memory of its size"
+        );
         // The string's bytes as they are, not escaped.
         assert!(saved.windows(text.len()).any(|w| w == text.as_bytes()));
         assert!(serde_json::from_slice::<serde_json::Value>(&saved).is_err());
