@@ -161,14 +161,15 @@ pub trait Plugin: Default + 'static {
 /// ```
 ///
 /// **State.** With `state`, the plugin type must also derive `serde::Serialize` and
-/// `serde::Deserialize`. When the host unloads the idle plugin or swaps in a new version, the
-/// plugin is serialized (MessagePack, its fields named as in JSON; fields marked `#[serde(skip)]`
-/// are not kept); the next instance is deserialized from it instead of made with [`Default`], and
-/// then [`Plugin::init`] runs on it with the current config. A new version reads its
-/// predecessor's state with its own type: give added fields `#[serde(default)]`, renamed ones
-/// `#[serde(alias = "old")]`; [`restored_from`] says which version saved it. A state saved as
-/// JSON (by an earlier SDK, or by a Python or JavaScript version) reads too. A state that does not
-/// deserialize fails the restore: the host reports it and starts the plugin from [`Default`].
+/// `serde::Deserialize` (the plugin depends on `serde` with its `derive` feature). When the host
+/// unloads the idle plugin or swaps in a new version, the plugin is serialized (MessagePack, its
+/// fields named as in JSON; fields marked `#[serde(skip)]` are not kept); the next instance is
+/// deserialized from it instead of made with [`Default`], and then [`Plugin::init`] runs on it
+/// with the current config. A new version reads its predecessor's state with its own type: give
+/// added fields `#[serde(default)]`, renamed ones `#[serde(alias = "old")]`; [`restored_from`]
+/// says which version saved it. A state saved as JSON (by an earlier SDK, or by a Python or
+/// JavaScript version) reads too. A state that does not deserialize fails the restore: the host
+/// reports it and starts the plugin from [`Default`].
 #[macro_export]
 #[rustfmt::skip] // rustfmt indents the nested bindings macro call differently on every run
 macro_rules! export {
