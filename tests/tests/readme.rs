@@ -1,11 +1,14 @@
 //! The README's plugin-author snippets, built as a plugin author would: the `Cargo.toml` and the
-//! `lib.rs` of "Plugin author guide", in a crate outside this workspace, with
-//! `cargo build --release --target wasm32-wasip2`; then the host loads and runs what it built.
+//! `lib.rs` of "Plugin author guide", and its state example, each in a crate outside this
+//! workspace, with `cargo build --release --target wasm32-wasip2`; then the host loads and runs
+//! what it built.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
+use std::sync::{Arc, Mutex};
+
 use wasmformer::plugin::{
     Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine, PluginInstance,
 };
@@ -22,24 +25,22 @@ fn fenced<'a>(text: &'a str, language: &str) -> &'a str {
     &text[start..end]
 }
 
-#[test]
-fn the_plugin_author_guide_builds_and_runs() {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let guide = &readme[readme
+/// The README's author guide, from its heading on.
+fn author_guide(readme: &str) -> &str {
+    &readme[readme
         .find("## Plugin author guide")
-        .expect("the plugin author guide")..];
-    let (manifest, source) = (fenced(guide, "toml"), fenced(guide, "rust"));
-    assert!(
-        manifest.contains("[package]") && manifest.contains("name = \"my-plugin\""),
-        "{manifest}"
-    );
+        .expect("the plugin author guide")..]
+}
 
-    // A checkout of this repository beside the plugin's folder, as the snippet's path says.
+/// Builds `source` with `manifest` as a plugin author would, in a crate of its own outside this
+/// workspace (beside a checkout of this repository, as the manifest's path says); returns the
+/// component, where the README says it lands.
+fn build(manifest: &str, source: &str, crate_name: &str) -> PathBuf {
     let root = repo_root().canonicalize().unwrap();
     let guide_path = "../wasmformer/guest-sdk";
     assert!(manifest.contains(guide_path), "{manifest}");
     let dir = tempfile::tempdir().unwrap();
-    let crate_dir = dir.path().join("my-plugin");
+    let crate_dir = dir.path().join(crate_name);
     std::fs::create_dir_all(crate_dir.join("src")).unwrap();
     std::os::unix::fs::symlink(&root, dir.path().join("wasmformer")).unwrap();
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).unwrap();
@@ -71,38 +72,82 @@ fn the_plugin_author_guide_builds_and_runs() {
         .env("CARGO_TARGET_DIR", &target_dir)
         .status()
         .expect("run cargo");
-    assert!(status.success(), "the README's plugin does not build");
+    assert!(status.success(), "the README's {crate_name} does not build");
+    target_dir.join(format!(
+        "wasm32-wasip2/release/{}.wasm",
+        crate_name.replace('-', "_")
+    ))
+}
 
-    // Where the README says it lands: the target folder's wasm32-wasip2/release/my_plugin.wasm.
-    let wasm = target_dir.join("wasm32-wasip2/release/my_plugin.wasm");
+/// Starts the plugin at `wasm` with `config`; its log messages go to the returned list.
+fn start(wasm: &Path, config: serde_json::Value) -> (PluginInstance, Arc<Mutex<Vec<String>>>) {
+    let engine = PluginEngine::new(None).unwrap();
+    let plugin = LoadedPlugin::load(&engine, "my-plugin", wasm).expect("the built component loads");
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let observer: LogObserver = {
+        let lines = lines.clone();
+        Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.message.clone()))
+    };
+    let instance = PluginInstance::start(
+        plugin,
+        Limits::default(),
+        Grants::none(),
+        &config,
+        Some(observer),
+    )
+    .unwrap();
+    (instance, lines)
+}
+
+fn add(instance: &mut PluginInstance, name: &str, rv: u64) {
+    let event = Event::Add {
+        obj: pod("default", name, rv),
+        initial: true,
+    };
+    instance.handle(&pod_gvk(), &event).unwrap();
+}
+
+#[test]
+fn the_plugin_author_guide_builds_and_runs() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let guide = author_guide(&readme);
+    let (manifest, source) = (fenced(guide, "toml"), fenced(guide, "rust"));
+    assert!(
+        manifest.contains("[package]") && manifest.contains("name = \"my-plugin\""),
+        "{manifest}"
+    );
+    let wasm = build(manifest, source, "my-plugin");
     assert!(
         readme.contains("target/wasm32-wasip2/release/my_plugin.wasm"),
         "the README names the file"
     );
-    let engine = PluginEngine::new(None).unwrap();
-    let plugin = LoadedPlugin::load(&engine, "my-plugin", Path::new(&wasm))
-        .expect("the built component loads");
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let observer: LogObserver = {
-        let lines = lines.clone();
-        std::sync::Arc::new(move |line: &LogLine| lines.lock().unwrap().push(line.message.clone()))
-    };
-    let mut instance = PluginInstance::start(
-        plugin,
-        Limits::default(),
-        Grants::none(),
-        &json!({}),
-        Some(observer),
-    )
-    .unwrap();
-    instance
-        .handle(
-            &pod_gvk(),
-            &Event::Add {
-                obj: pod("default", "web", 1),
-                initial: true,
-            },
-        )
-        .unwrap();
+    let (mut instance, lines) = start(&wasm, json!({}));
+    add(&mut instance, "web", 1);
     assert_eq!(*lines.lock().unwrap(), ["New Pod Added to Store: web"]);
+}
+
+/// The state example, with the dependency line the README says to add: it builds, and its count
+/// survives an idle unload while `verbose`, derived from the config, is set again by `init`.
+#[test]
+fn the_state_example_builds_and_keeps_its_count_across_an_unload() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let guide = author_guide(&readme);
+    let state = &guide[guide
+        .find("- State that survives an idle unload")
+        .expect("the state bullet")..];
+    let serde = r#"serde = { version = "1", features = ["derive"] }"#;
+    assert!(state.contains(serde), "the README says which serde to add");
+    let manifest = fenced(guide, "toml")
+        .replace("name = \"my-plugin\"", "name = \"pod-counter\"")
+        .replace("[dependencies]\n", &format!("[dependencies]\n{serde}\n"));
+    let wasm = build(&manifest, fenced(state, "rust"), "pod-counter");
+
+    let (mut instance, lines) = start(&wasm, json!({"verbose": true}));
+    add(&mut instance, "a", 1);
+    instance.unload().unwrap();
+    add(&mut instance, "b", 2);
+    assert_eq!(
+        *lines.lock().unwrap(),
+        ["1 Pods seen, the last a", "2 Pods seen, the last b"]
+    );
 }
