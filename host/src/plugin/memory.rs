@@ -138,10 +138,22 @@ unsafe impl Lower for StateArg<'_> {
         offset: usize,
     ) -> wasmtime::Result<()> {
         let ptr = self.lower(cx)?;
-        *cx.get::<4>(offset) = u32::try_from(ptr)?.to_le_bytes();
-        *cx.get::<4>(offset + 4) = u32::try_from(self.0.len())?.to_le_bytes();
-        Ok(())
+        write_pointer_pairs(cx.get::<8>(offset), &[(ptr, self.0.len())])
     }
+}
+
+/// Writes `pairs` into `dst` as a string's or a list's (address, length) pairs lie in a guest's
+/// memory: two little-endian 32-bit words each, one pair after the other.
+pub(crate) fn write_pointer_pairs(
+    dst: &mut [u8],
+    pairs: &[(usize, usize)],
+) -> wasmtime::Result<()> {
+    debug_assert_eq!(dst.len(), 8 * pairs.len());
+    let words = pairs.iter().flat_map(|&(ptr, len)| [ptr, len]);
+    for (word, value) in dst.chunks_exact_mut(4).zip(words) {
+        word.copy_from_slice(&u32::try_from(value)?.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// Faults in the whole pages of `range` at once, writable (`MADV_POPULATE_WRITE`, Linux 5.14);

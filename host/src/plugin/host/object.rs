@@ -14,6 +14,7 @@ use wasmtime::component::__internal::{
 use wasmtime::component::{ComponentType, Lower};
 
 use crate::cache::{CachedObject, Gvk};
+use crate::plugin::memory::write_pointer_pairs;
 
 /// The record `object` as it crosses into a plugin, in a handler call or a lister answer: nothing
 /// of it is copied on the host, and it holds one reference to the cached object. `meta` is written
@@ -94,7 +95,7 @@ impl SharedObject {
                 lower_str(cx, self.object.body())?,
             ];
             if let Some(at) = record_at {
-                *cx.get::<RECORD_BYTES>(at) = record_bytes(fields)?;
+                write_pointer_pairs(cx.get::<RECORD_BYTES>(at), &fields)?;
             }
             return Ok(fields);
         }
@@ -108,20 +109,10 @@ impl SharedObject {
         self.write_meta(&mut memory[fields[0].0..][..meta_len]);
         memory[fields[1].0..][..body.len()].copy_from_slice(body);
         if let Some(at) = record_at {
-            memory[at..][..RECORD_BYTES].copy_from_slice(&record_bytes(fields)?);
+            write_pointer_pairs(&mut memory[at..][..RECORD_BYTES], &fields)?;
         }
         Ok(fields)
     }
-}
-
-/// The record's bytes in a guest's memory: the two pointer pairs, little-endian.
-fn record_bytes(fields: [(usize, usize); 2]) -> wasmtime::Result<[u8; RECORD_BYTES]> {
-    let [(meta, meta_len), (body, body_len)] = fields;
-    let mut record = [0; RECORD_BYTES];
-    for (i, value) in [meta, meta_len, body, body_len].into_iter().enumerate() {
-        record[4 * i..4 * i + 4].copy_from_slice(&u32::try_from(value)?.to_le_bytes());
-    }
-    Ok(record)
 }
 
 /// Lowers `text` as wasmtime lowers a `string`: its address and length in the guest.
