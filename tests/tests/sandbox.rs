@@ -3,6 +3,7 @@
 //! not named `boom*`, so every test also checks that the next event is delivered.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -284,6 +285,49 @@ fn a_blocking_wasi_sleep_is_stopped_at_the_deadline() {
             .starts_with("deadline exceeded during a host call"),
         "{err}"
     );
+}
+
+/// The log-flood guest's `boom` event under `deadline`, with a log observer that holds the
+/// guest's first log call for `held`: a call kept from running (its thread blocked, as a thread
+/// waiting for a core) for that long, having run for far less than its deadline.
+fn flood_held_for(deadline: Duration, held: Duration) -> Result<(), CallError> {
+    let engine = engine();
+    let plugin = LoadedPlugin::load(&engine, "log-flood", Path::new(guests::LOG_FLOOD)).unwrap();
+    let first = AtomicBool::new(true);
+    let observer: LogObserver = Arc::new(move |_: &LogLine| {
+        if first.swap(false, Ordering::Relaxed) {
+            std::thread::sleep(held);
+        }
+    });
+    let limits = Limits {
+        deadline,
+        ..Limits::default()
+    };
+    let mut instance =
+        PluginInstance::start(plugin, limits, Grants::none(), &json!({}), Some(observer)).unwrap();
+    instance.handle(
+        &pod_gvk(),
+        &Event::Add {
+            obj: pod("default", "boom", 1),
+            initial: false,
+        },
+    )
+}
+
+#[test]
+fn a_call_kept_from_running_past_its_wall_clock_deadline_is_not_stopped() {
+    // Held 2 s under a 1 s deadline, the call then logs its 20,000 lines (far less than 1 s of
+    // CPU) and returns: the deadline counts the time it ran, not the time it was kept waiting.
+    flood_held_for(Duration::from_secs(1), Duration::from_secs(2))
+        .expect("a call that ran for less than its deadline is not stopped");
+}
+
+#[test]
+fn a_call_kept_from_running_for_ten_times_its_deadline_is_stopped() {
+    // Held 1.1 s under a 100 ms deadline: past the ceiling (1 s) the call ends, however little it
+    // ran (at its next epoch check, or its next log call).
+    let err = flood_held_for(Duration::from_millis(100), Duration::from_millis(1100)).unwrap_err();
+    assert_eq!(err.trap_kind(), Some(TrapKind::Deadline), "{err}");
 }
 
 #[test]

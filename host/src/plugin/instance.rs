@@ -11,7 +11,8 @@ use wasmtime::Store;
 
 use super::engine::EPOCH_TICK;
 use super::host::{
-    DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded, PackedKind,
+    CallDeadline, DeadlineExceeded, Grants, HostState, LogObserver, LogSink, MemoryLimitExceeded,
+    PackedKind,
 };
 use super::world::Bindings as PluginBindings;
 use super::{CallError, Limits, LoadedPlugin, StateError, TrapKind};
@@ -335,10 +336,10 @@ impl PluginInstance {
         let mut store = Store::new(pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         // The deadline lives in the store data, so a host call can move it (a write's time with
-        // the API server is its own budget, not the handler's); the epoch only says when to look.
-        store.epoch_deadline_callback(|store| {
-            let deadline = store.data().deadline;
-            match deadline.checked_duration_since(Instant::now()) {
+        // the API server is its own budget, not the handler's), and so can a machine that kept
+        // the call from running (`CallDeadline`); the epoch only says when to look.
+        store.epoch_deadline_callback(|mut store| {
+            match store.data_mut().deadline.left(Instant::now()) {
                 Some(left) if !left.is_zero() => {
                     Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left)))
                 }
@@ -369,7 +370,7 @@ impl PluginInstance {
     ) -> Result<R, CallError> {
         let live = self.live.as_mut().expect("call on a live instance");
         let started = Instant::now();
-        live.store.data_mut().deadline = started + self.limits.deadline;
+        live.store.data_mut().deadline = CallDeadline::start(self.limits.deadline, started);
         live.store.data_mut().writes_this_call = 0;
         live.store.data_mut().retry_requested = false;
         live.store

@@ -10,6 +10,7 @@
 
 mod arg;
 mod clock;
+mod deadline;
 mod legacy;
 mod lister;
 mod log;
@@ -26,6 +27,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+pub(crate) use deadline::CallDeadline;
 pub(crate) use lister::add_to_linker as add_lister_to_linker;
 pub use lister::{Granted, Grants};
 pub(crate) use log::LogSink;
@@ -115,7 +117,7 @@ pub struct HostState {
     pub(crate) memory: MemoryCap,
     grants: Arc<Grants>,
     pub(crate) log: Arc<Mutex<LogSink>>,
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: CallDeadline,
     /// Whether the running call is `init` (writes are refused there).
     pub(crate) in_init: bool,
     /// Writes made in the running call.
@@ -149,7 +151,7 @@ impl HostState {
             },
             grants,
             log,
-            deadline: Instant::now(),
+            deadline: CallDeadline::expired(Instant::now()),
             in_init: false,
             writes_this_call: 0,
             retry_requested: false,
@@ -158,7 +160,7 @@ impl HostState {
 
     /// Traps if the current call's deadline has passed: host calls count against it too.
     fn check_deadline(&self) -> wasmtime::Result<()> {
-        if !clock::certainly_before(self.deadline) && Instant::now() > self.deadline {
+        if !clock::certainly_before(self.deadline.at()) && self.deadline.is_over(Instant::now()) {
             Err(wasmtime::Error::new(DeadlineExceeded::InHostCall))
         } else {
             Ok(())

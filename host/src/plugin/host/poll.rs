@@ -68,7 +68,12 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     linker.allow_shadowing(true);
     poll::add_to_linker::<HostState, HasBoundedPoll>(linker, |state| BoundedPoll {
         table: &mut state.table,
-        deadline: state.deadline,
+        // A wait ends at the deadline as it stands when the wait begins (moved if the machine
+        // kept the call from running before it); the wait itself is not given back.
+        deadline: {
+            let now = Instant::now();
+            state.deadline.left(now).map_or(now, |left| now + left)
+        },
     })?;
     linker.allow_shadowing(false);
     Ok(())

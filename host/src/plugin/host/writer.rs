@@ -230,7 +230,7 @@ impl HostState {
             outcome
         });
         if let Some(took) = sent {
-            self.deadline += took;
+            self.deadline.extend(took);
         }
         access
             .writer
