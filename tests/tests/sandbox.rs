@@ -328,6 +328,15 @@ fn a_call_kept_from_running_for_ten_times_its_deadline_is_stopped() {
     // ran (at its next epoch check, or its next log call).
     let err = flood_held_for(Duration::from_millis(100), Duration::from_millis(1100)).unwrap_err();
     assert_eq!(err.trap_kind(), Some(TrapKind::Deadline), "{err}");
+    // The message tells an overloaded node from a plugin that ran too long.
+    assert!(
+        err.to_string().starts_with(
+            "deadline exceeded (kept from running for 10 times the deadline: the node is overloaded)"
+        ) || err.to_string().starts_with(
+            "deadline exceeded during a host call (kept from running for 10 times the deadline"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -340,10 +340,8 @@ impl PluginInstance {
         // the call from running (`CallDeadline`); the epoch only says when to look.
         store.epoch_deadline_callback(|mut store| {
             match store.data_mut().deadline.left(Instant::now()) {
-                Some(left) if !left.is_zero() => {
-                    Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left)))
-                }
-                _ => Err(wasmtime::Error::new(DeadlineExceeded::InGuest)),
+                Ok(left) => Ok(wasmtime::UpdateDeadline::Continue(deadline_ticks(left))),
+                Err(overrun) => Err(wasmtime::Error::new(DeadlineExceeded::InGuest(overrun))),
             }
         });
         store.set_epoch_deadline(deadline_ticks(self.limits.deadline));

@@ -27,6 +27,29 @@ pub(crate) const STARVED_CEILING: u32 = 10;
 /// How long a thread's CPU-time mark serves the calls that start on it.
 const REMARK_AFTER: Duration = Duration::from_millis(5);
 
+/// Why a call must end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Overrun {
+    /// It ran for its limit (or a wait reached the deadline, or the thread's CPU time could not
+    /// be read).
+    Limit,
+    /// It was kept from running until [`STARVED_CEILING`] times its limit had passed.
+    Ceiling,
+}
+
+impl std::fmt::Display for Overrun {
+    /// What a trap's message adds: nothing for the usual overrun.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Limit => Ok(()),
+            Self::Ceiling => write!(
+                f,
+                " (kept from running for {STARVED_CEILING} times the deadline: the node is overloaded)"
+            ),
+        }
+    }
+}
+
 /// The deadline of one call: the wall-clock time it ends at, moved by [`CallDeadline::left`] when
 /// the machine kept the call from running.
 #[derive(Clone, Copy, Debug)]
@@ -75,33 +98,33 @@ impl CallDeadline {
         }
     }
 
-    /// The time left at `now`, or `None` once the call must end: it has run for its limit, or
-    /// reached the ceiling. Past the wall-clock deadline, the thread's CPU time since the mark
+    /// The time left at `now` (never zero), or why the call must end: it has run for its limit,
+    /// or reached the ceiling. Past the wall-clock deadline, the thread's CPU time since the mark
     /// decides, and a call that ran for less gets the rest of its limit.
-    pub(crate) fn left(&mut self, now: Instant) -> Option<Duration> {
+    pub(crate) fn left(&mut self, now: Instant) -> Result<Duration, Overrun> {
         if now < self.at {
-            return Some(self.at - now);
+            return Ok(self.at - now);
         }
         let limit = self.limit;
         let ceiling = *self
             .ceiling
             .get_or_insert_with(|| self.at + limit.saturating_mul(STARVED_CEILING - 1));
+        let unused = cpu_since_mark()
+            .and_then(|used| self.limit.checked_sub(used))
+            .filter(|unused| !unused.is_zero())
+            .ok_or(Overrun::Limit)?;
         if now >= ceiling {
-            return None;
-        }
-        let unused = self.limit.checked_sub(cpu_since_mark()?)?;
-        if unused.is_zero() {
-            return None;
+            return Err(Overrun::Ceiling);
         }
         self.at = (now + unused).min(ceiling);
-        Some(self.at - now)
+        Ok(self.at - now)
     }
 
-    /// Whether the call must end at `now` ([`CallDeadline::left`] without keeping what it found:
-    /// past the wall-clock deadline each look reads the CPU time again).
-    pub(crate) fn is_over(&self, now: Instant) -> bool {
+    /// Why the call must end at `now`, if it must ([`CallDeadline::left`] without keeping what it
+    /// found: past the wall-clock deadline each look reads the CPU time again).
+    pub(crate) fn overrun(&self, now: Instant) -> Option<Overrun> {
         let mut deadline = *self;
-        deadline.left(now).is_none()
+        deadline.left(now).err()
     }
 }
 
@@ -171,7 +194,7 @@ mod tests {
     fn a_call_that_ran_for_its_limit_ends() {
         let mut deadline = CallDeadline::start(Duration::from_millis(20), Instant::now());
         spin(Duration::from_millis(25));
-        assert_eq!(deadline.left(Instant::now()), None);
+        assert_eq!(deadline.left(Instant::now()), Err(Overrun::Limit));
     }
 
     #[test]
@@ -179,8 +202,8 @@ mod tests {
         let start = Instant::now();
         let mut deadline = CallDeadline::start(Duration::from_millis(5), start);
         let ceiling = start + Duration::from_millis(5) * STARVED_CEILING;
-        assert!(deadline.left(ceiling - Duration::from_millis(1)).is_some());
-        assert_eq!(deadline.left(ceiling), None);
+        assert!(deadline.left(ceiling - Duration::from_millis(1)).is_ok());
+        assert_eq!(deadline.left(ceiling), Err(Overrun::Ceiling));
     }
 
     #[test]
@@ -190,18 +213,17 @@ mod tests {
         deadline.extend(Duration::from_secs(1));
         assert_eq!(deadline.at(), start + Duration::from_millis(1005));
         // Past `at`, unstarved: the ceiling is set (1 s + 50 ms after the start) …
-        assert!(deadline.left(start + Duration::from_millis(1010)).is_some());
+        assert!(deadline.left(start + Duration::from_millis(1010)).is_ok());
         // … and a second write moves it on.
         deadline.extend(Duration::from_secs(1));
         let ceiling = start + Duration::from_millis(2050);
-        assert!(deadline.left(ceiling - Duration::from_millis(1)).is_some());
-        assert_eq!(deadline.left(ceiling), None);
+        assert!(deadline.left(ceiling - Duration::from_millis(1)).is_ok());
+        assert_eq!(deadline.left(ceiling), Err(Overrun::Ceiling));
     }
 
     #[test]
     fn an_expired_deadline_gives_no_time() {
         let expired = CallDeadline::expired(Instant::now());
-        assert!(expired.is_over(Instant::now()));
-        assert_eq!({ expired }.left(Instant::now()), None);
+        assert_eq!(expired.overrun(Instant::now()), Some(Overrun::Limit));
     }
 }

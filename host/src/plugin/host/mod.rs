@@ -27,7 +27,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-pub(crate) use deadline::CallDeadline;
+pub(crate) use deadline::{CallDeadline, Overrun};
 pub(crate) use lister::add_to_linker as add_lister_to_linker;
 pub use lister::{Granted, Grants};
 pub(crate) use log::LogSink;
@@ -39,13 +39,14 @@ use crate::plugin::bindings::wasmformer::plugin::types;
 use crate::plugin::memory::GuestMemory;
 
 /// The call's deadline passed: while the plugin's own code ran (the epoch check), or in a host
-/// call (one made late, or a WASI wait the deadline cut short).
+/// call (one made late, or a WASI wait the deadline cut short); the message says when the call
+/// was kept from running rather than running for it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DeadlineExceeded {
-    #[error("deadline exceeded")]
-    InGuest,
-    #[error("deadline exceeded during a host call")]
-    InHostCall,
+    #[error("deadline exceeded{0}")]
+    InGuest(Overrun),
+    #[error("deadline exceeded during a host call{0}")]
+    InHostCall(Overrun),
 }
 
 /// The instance tried to grow its memory past the plugin's limit.
@@ -160,10 +161,12 @@ impl HostState {
 
     /// Traps if the current call's deadline has passed: host calls count against it too.
     fn check_deadline(&self) -> wasmtime::Result<()> {
-        if !clock::certainly_before(self.deadline.at()) && self.deadline.is_over(Instant::now()) {
-            Err(wasmtime::Error::new(DeadlineExceeded::InHostCall))
-        } else {
-            Ok(())
+        if clock::certainly_before(self.deadline.at()) {
+            return Ok(());
+        }
+        match self.deadline.overrun(Instant::now()) {
+            Some(overrun) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall(overrun))),
+            None => Ok(()),
         }
     }
 }

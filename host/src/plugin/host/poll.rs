@@ -11,7 +11,7 @@ use wasmtime_wasi::runtime::in_tokio;
 use wasmtime_wasi_io::bindings::wasi::io::poll as async_poll;
 use wasmtime_wasi_io::poll::DynPollable;
 
-use super::{DeadlineExceeded, HostState};
+use super::{DeadlineExceeded, HostState, Overrun};
 
 /// A plugin's resource table with its current call's deadline.
 pub(crate) struct BoundedPoll<'a> {
@@ -28,7 +28,9 @@ impl BoundedPoll<'_> {
         in_tokio(async {
             match tokio::time::timeout_at(deadline.into(), wait).await {
                 Ok(result) => result,
-                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall)),
+                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall(
+                    Overrun::Limit,
+                ))),
             }
         })
     }
