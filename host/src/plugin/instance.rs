@@ -326,13 +326,15 @@ impl PluginInstance {
 
     /// Creates a fresh instance (no call into it yet).
     fn instantiate(&mut self) -> Result<(), CallError> {
-        let state = HostState::new(
+        let pre = self.plugin.pre().map_err(CallError::Instantiate)?;
+        let mut state = HostState::new(
             self.name.clone(),
             self.limits.memory_bytes,
             self.grants.clone(),
             self.log.clone(),
         );
-        let pre = self.plugin.pre().map_err(CallError::Instantiate)?;
+        // Instantiating runs guest code too (its start functions): under the same deadline.
+        state.deadline = CallDeadline::start(self.limits.deadline, Instant::now());
         let mut store = Store::new(pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         // The deadline lives in the store data, so a host call can move it (a write's time with
