@@ -35,10 +35,11 @@
 //!
 //! `cargo bench -p wasmformer-tests --bench density [-- --pods 10000 --plugins 1,10,100,1000
 //! --client-go 1,10 --updates 1000 --probes 30 --settle 5 --concurrency 16 --namespaces 4
-//! --logs DIR --unload-after SECONDS --bystanders]` (`--logs`: keep each host's log;
+//! --logs DIR --unload-after SECONDS --bystanders --deadline MS]` (`--logs`: keep each host's log;
 //! `--unload-after`: also measure every N with `lifecycle: {unloadAfter}`, its plugins unloaded;
 //! `--bystanders`: also every N with one plugin on the Pods and the others on ConfigMaps, for CPU
-//! per Pod update against N = 1). Needs `target/release/wasmformer`.
+//! per Pod update against N = 1; `--deadline`: every plugin's `limits.deadline`, in ms). Needs
+//! `target/release/wasmformer`.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Seek};
@@ -87,6 +88,9 @@ struct Options {
     /// `--bystanders`: also measure every N with one plugin handling the Pods and the others
     /// handling ConfigMaps (which do not change): CPU per Pod update against N = 1.
     bystanders: bool,
+    /// `--deadline MS`: every plugin's `limits.deadline` (default: the host's, 100 ms). A short
+    /// one shows whether calls starved by the machine's load fail ("calls not ok").
+    deadline: Option<Duration>,
 }
 
 fn counts(text: &str) -> Result<Vec<usize>> {
@@ -115,6 +119,7 @@ impl Options {
             logs: None,
             unload_after: None,
             bystanders: false,
+            deadline: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -133,6 +138,7 @@ impl Options {
                     options.unload_after = Some(Duration::from_secs_f64(value()?.parse()?))
                 }
                 "--bystanders" => options.bystanders = true,
+                "--deadline" => options.deadline = Some(Duration::from_millis(value()?.parse()?)),
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -546,6 +552,10 @@ impl Bench {
     }
 
     fn host_setup(&self, plugins: usize, variant: &Variant) -> HostSetup<'static> {
+        let limits = match self.options.deadline {
+            Some(deadline) => format!("    limits: {{deadline: {}ms}}\n", deadline.as_millis()),
+            None => String::new(),
+        };
         let entries: String = self.plugins[..plugins]
             .iter()
             .enumerate()
@@ -555,7 +565,7 @@ impl Bench {
                     false => "Pod",
                 };
                 format!(
-                    "  - name: {}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: {kind}}}]\n    config: {{probe: {}}}\n{}",
+                    "  - name: {}\n    wasm: {}\n    handles: [{{apiVersion: v1, kind: {kind}}}]\n    config: {{probe: {}}}\n{}{limits}",
                     plugin_name(i),
                     wasm.display(),
                     name_of(PROBE),
