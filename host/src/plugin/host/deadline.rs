@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// How many times its limit a call kept from running may take, in wall-clock time: the bound on a
 /// call that leader election relies on (README, "Leader election").
-pub(crate) const STARVED_CEILING: u32 = 10;
+const STARVED_CEILING: u32 = 10;
 
 /// How long a thread's CPU-time mark serves the calls that start on it.
 const REMARK_AFTER: Duration = Duration::from_millis(5);
@@ -80,7 +80,7 @@ impl CallDeadline {
         Self {
             at: now,
             limit: Duration::ZERO,
-            ceiling: Some(now),
+            ceiling: None,
         }
     }
 

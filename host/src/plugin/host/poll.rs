@@ -16,21 +16,24 @@ use super::{DeadlineExceeded, HostState, Overrun};
 /// A plugin's resource table with its current call's deadline.
 pub(crate) struct BoundedPoll<'a> {
     table: &'a mut ResourceTable,
+    /// When a wait ends: the call's deadline as it stands when the wait begins (moved if the
+    /// machine kept the call from running before it); the wait itself is not given back.
     deadline: Instant,
+    /// What the trap says if the deadline comes first (the call may be over already).
+    overrun: Overrun,
 }
 
 impl BoundedPoll<'_> {
-    /// Runs a wait until it finishes or the deadline passes (a trap).
+    /// Runs a wait until it finishes or `deadline` passes (a trap saying `overrun`).
     fn wait<R>(
         deadline: Instant,
+        overrun: Overrun,
         wait: impl Future<Output = wasmtime::Result<R>>,
     ) -> wasmtime::Result<R> {
         in_tokio(async {
             match tokio::time::timeout_at(deadline.into(), wait).await {
                 Ok(result) => result,
-                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall(
-                    Overrun::Limit,
-                ))),
+                Err(_) => Err(wasmtime::Error::new(DeadlineExceeded::InHostCall(overrun))),
             }
         })
     }
@@ -38,7 +41,11 @@ impl BoundedPoll<'_> {
 
 impl poll::Host for BoundedPoll<'_> {
     fn poll(&mut self, pollables: Vec<Resource<DynPollable>>) -> wasmtime::Result<Vec<u32>> {
-        Self::wait(self.deadline, async_poll::Host::poll(self.table, pollables))
+        Self::wait(
+            self.deadline,
+            self.overrun,
+            async_poll::Host::poll(self.table, pollables),
+        )
     }
 }
 
@@ -50,6 +57,7 @@ impl poll::HostPollable for BoundedPoll<'_> {
     fn block(&mut self, pollable: Resource<DynPollable>) -> wasmtime::Result<()> {
         Self::wait(
             self.deadline,
+            self.overrun,
             async_poll::HostPollable::block(self.table, pollable),
         )
     }
@@ -68,14 +76,17 @@ impl HasData for HasBoundedPoll {
 /// Replaces wasmtime-wasi's `wasi:io/poll` in `linker` (added before) with [`BoundedPoll`].
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    poll::add_to_linker::<HostState, HasBoundedPoll>(linker, |state| BoundedPoll {
-        table: &mut state.table,
-        // A wait ends at the deadline as it stands when the wait begins (moved if the machine
-        // kept the call from running before it); the wait itself is not given back.
-        deadline: {
-            let now = Instant::now();
-            state.deadline.left(now).map_or(now, |left| now + left)
-        },
+    poll::add_to_linker::<HostState, HasBoundedPoll>(linker, |state| {
+        let now = Instant::now();
+        let (deadline, overrun) = match state.deadline.left(now) {
+            Ok(left) => (now + left, Overrun::Limit),
+            Err(overrun) => (now, overrun),
+        };
+        BoundedPoll {
+            table: &mut state.table,
+            deadline,
+            overrun,
+        }
     })?;
     linker.allow_shadowing(false);
     Ok(())
