@@ -5,10 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use serde_json::json;
 use std::sync::{Arc, Mutex};
 
+use serde_json::json;
 use wasmformer::plugin::{
     Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine, PluginInstance,
 };

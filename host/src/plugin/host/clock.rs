@@ -1,11 +1,12 @@
 //! [`certainly_before`]: whether a call's deadline is still ahead, read from the coarse monotonic
-//! clock. Every host call checks its call's deadline (`HostState::check_deadline`); a full clock
-//! read (`Instant::now()`, `CLOCK_MONOTONIC`) took 22 ns here, 3% of what a `lister.get` costs,
-//! where `CLOCK_MONOTONIC_COARSE` (the time of the kernel's last tick, read from the vDSO) took 5.
-//! The coarse time trails the real one by less than a tick (4 ms here), so a deadline more than
-//! two ticks ahead of it is certainly ahead; only one closer takes the full read. The check is as
-//! exact as before unless the kernel's coarse time falls more than two ticks behind (a stalled
-//! timekeeping CPU), when a host call could pass its deadline by that much more.
+//! clock; and [`read`], which reads any of the OS's clocks (the deadline reads a thread's CPU
+//! time with it). Every host call checks its call's deadline (`HostState::check_deadline`); a
+//! full clock read (`Instant::now()`, `CLOCK_MONOTONIC`) took 22 ns here, 3% of what a
+//! `lister.get` costs, where `CLOCK_MONOTONIC_COARSE` (the time of the kernel's last tick, read
+//! from the vDSO) took 5. The coarse time trails the real one by less than a tick (4 ms here), so
+//! a deadline more than two ticks ahead of it is certainly ahead; only one closer takes the full
+//! read. The check is as exact as before unless the kernel's coarse time falls more than two ticks
+//! behind (a stalled timekeeping CPU), when a host call could pass its deadline by that much more.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -14,6 +15,21 @@ use std::time::{Duration, Instant};
 /// "not certain": ask `Instant::now()`.
 pub(crate) fn certainly_before(deadline: Instant) -> bool {
     coarse::certainly_before(deadline)
+}
+
+/// `clock_gettime` or `clock_getres` of `clock`. Through glibc, which finds the vDSO: rustix's own
+/// lookup of it crashes under valgrind, which the benchmarks' instruction counts use.
+pub(super) fn read(
+    call: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int,
+    clock: libc::clockid_t,
+) -> Option<Duration> {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both functions write one `timespec` through the pointer, a local one here.
+    let ok = unsafe { call(clock, &mut time) } == 0;
+    ok.then(|| Duration::new(time.tv_sec as u64, time.tv_nsec as u32))
 }
 
 #[cfg(target_os = "linux")]
@@ -41,21 +57,6 @@ mod coarse {
             })
         })
         .as_ref()
-    }
-
-    /// `clock_gettime` or `clock_getres` of `clock`. Through glibc, which finds the vDSO: rustix's
-    /// own lookup of it crashes under valgrind, which the benchmarks' instruction counts use.
-    fn read(
-        call: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int,
-        clock: libc::clockid_t,
-    ) -> Option<Duration> {
-        let mut time = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: both functions write one `timespec` through the pointer, a local one here.
-        let ok = unsafe { call(clock, &mut time) } == 0;
-        ok.then(|| Duration::new(time.tv_sec as u64, time.tv_nsec as u32))
     }
 
     pub(super) fn certainly_before(deadline: Instant) -> bool {

@@ -110,7 +110,7 @@ impl CallDeadline {
             .ceiling
             .get_or_insert_with(|| self.at + limit.saturating_mul(STARVED_CEILING - 1));
         let unused = cpu_since_mark()
-            .and_then(|used| self.limit.checked_sub(used))
+            .and_then(|used| limit.checked_sub(used))
             .filter(|unused| !unused.is_zero())
             .ok_or(Overrun::Limit)?;
         if now >= ceiling {
@@ -158,13 +158,7 @@ fn cpu_since_mark() -> Option<Duration> {
 
 /// The CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu_time() -> Option<Duration> {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, a local one here.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) } == 0;
-    ok.then(|| Duration::new(time.tv_sec as u64, time.tv_nsec as u32))
+    super::clock::read(libc::clock_gettime, libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 #[cfg(test)]
