@@ -7,6 +7,9 @@
 //! - dedup: every key added twice, then drained: `get`, a no-op reconcile, `forget`, `done`;
 //! - rateLimited: every key's `add_rate_limited` (its first failure), then `forget` (the keys are
 //!   scheduled, not waited for);
+//! - published: every key added once, then drained, with the queue's counts and its most failing
+//!   keys read after each step, as the host's worker does for `/status` (no client-go
+//!   counterpart: its metrics are updated by each operation);
 //! - memory: the bytes allocated and still live per queued key after N keys are added (key
 //!   strings included), counted by a global allocator.
 //!
@@ -48,6 +51,12 @@ fn queue() -> WorkQueue<String> {
     WorkQueue::new(Arc::new(SystemClock), RateLimits::default())
 }
 
+/// What the host's worker reads after each step: the counts and the ten most failing keys.
+fn publish(q: &WorkQueue<String>) {
+    std::hint::black_box(q.stats());
+    std::hint::black_box(q.most_failing(10).count());
+}
+
 fn main() {
     let n: usize = std::env::args()
         .nth(1)
@@ -73,6 +82,20 @@ fn main() {
     let mut q = queue();
     let start = Instant::now();
     for key in &keys {
+        q.add(key.clone());
+        publish(&q);
+    }
+    while let Some(key) = q.get() {
+        q.forget(&key);
+        q.done(&key);
+        publish(&q);
+    }
+    let published = start.elapsed().as_secs_f64();
+    drop(q);
+
+    let mut q = queue();
+    let start = Instant::now();
+    for key in &keys {
         q.add_rate_limited(key.clone());
         q.forget(key);
     }
@@ -88,8 +111,9 @@ fn main() {
     let after = LIVE.load(Ordering::Relaxed);
     std::hint::black_box(&q);
     println!(
-        "{{\"keys\":{n},\"dedupKeysPerSecond\":{:.0},\"rateLimitedPerSecond\":{:.0},\"bytesPerQueuedKey\":{:.1}}}",
+        "{{\"keys\":{n},\"dedupKeysPerSecond\":{:.0},\"publishedKeysPerSecond\":{:.0},\"rateLimitedPerSecond\":{:.0},\"bytesPerQueuedKey\":{:.1}}}",
         n as f64 / dedup,
+        n as f64 / published,
         n as f64 / limited,
         (after - before) as f64 / n as f64
     );

@@ -308,11 +308,9 @@ impl Work {
     /// Copies the queue's counts for `/status`.
     fn publish(&self) {
         let stats: QueueStats = self.queue.stats();
-        let mut failing: Vec<(&WorkKey, u32)> = self.queue.failures().collect();
-        failing.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        let failing = failing
-            .into_iter()
-            .take(FAILING_SHOWN)
+        let failing = self
+            .queue
+            .most_failing(FAILING_SHOWN)
             .map(|(key, failures)| FailingKey {
                 purpose: match key.purpose {
                     Purpose::Reconcile => "reconcile",

@@ -3,7 +3,8 @@
 //! ([`ExponentialBackoff`], `ItemExponentialFailureRateLimiter`) and an overall token bucket
 //! ([`BucketLimiter`], `BucketRateLimiter` over `rate.Limiter`).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -38,15 +39,18 @@ pub struct ExponentialBackoff<K> {
     base: Duration,
     max: Duration,
     failures: HashMap<K, u32>,
+    /// The same counts, most first (ties in key order), for [`ExponentialBackoff::most_failing`].
+    ranked: BTreeSet<(Reverse<u32>, K)>,
 }
 
-impl<K: Clone + Eq + Hash> ExponentialBackoff<K> {
+impl<K: Clone + Eq + Hash + Ord> ExponentialBackoff<K> {
     /// No key has failed yet.
     pub fn new(base: Duration, max: Duration) -> Self {
         Self {
             base,
             max,
             failures: HashMap::new(),
+            ranked: BTreeSet::new(),
         }
     }
 
@@ -55,6 +59,11 @@ impl<K: Clone + Eq + Hash> ExponentialBackoff<K> {
         let failures = self.failures.entry(key.clone()).or_insert(0);
         let exponent = *failures;
         *failures = failures.saturating_add(1);
+        let failures = *failures;
+        if exponent > 0 {
+            self.ranked.remove(&(Reverse(exponent), key.clone()));
+        }
+        self.ranked.insert((Reverse(failures), key.clone()));
         // In whole nanoseconds (client-go computes in float nanoseconds): no rounding, and past
         // 2⁶⁴ times the base the cap has long been reached.
         if exponent >= 64 {
@@ -74,7 +83,9 @@ impl<K: Clone + Eq + Hash> ExponentialBackoff<K> {
 
     /// Forgets `key`'s failures.
     pub fn forget(&mut self, key: &K) {
-        self.failures.remove(key);
+        if let Some((key, failures)) = self.failures.remove_entry(key) {
+            self.ranked.remove(&(Reverse(failures), key));
+        }
     }
 
     /// Keys with at least one failure counted.
@@ -87,11 +98,20 @@ impl<K: Clone + Eq + Hash> ExponentialBackoff<K> {
         self.failures.iter().map(|(k, n)| (k, *n))
     }
 
+    /// Keys with failures counted and their counts, most first (ties in key order).
+    pub fn most_failing(&self) -> impl Iterator<Item = (&K, u32)> {
+        self.ranked.iter().map(|(Reverse(n), k)| (k, *n))
+    }
+
     /// Sets `key`'s failure count (carried over from another queue).
     pub fn set_count(&mut self, key: K, failures: u32) {
-        if failures > 0 {
-            self.failures.insert(key, failures);
+        if failures == 0 {
+            return;
         }
+        if let Some(before) = self.failures.insert(key.clone(), failures) {
+            self.ranked.remove(&(Reverse(before), key.clone()));
+        }
+        self.ranked.insert((Reverse(failures), key));
     }
 }
 
@@ -140,7 +160,7 @@ pub struct RateLimiter<K> {
     bucket: BucketLimiter,
 }
 
-impl<K: Clone + Eq + Hash> RateLimiter<K> {
+impl<K: Clone + Eq + Hash + Ord> RateLimiter<K> {
     /// A limiter with `limits`.
     pub fn new(limits: RateLimits) -> Self {
         Self {
