@@ -16,7 +16,7 @@ use crate::{
     control, convert, discovery,
     faults::Faults,
     list::{self, ListOptions},
-    openapi, ownership,
+    openapi, openapi_proto, ownership,
     patch::Patch,
     protobuf,
     request_log::{RequestLog, RequestRecord, Verb},
@@ -131,7 +131,21 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Route::Health => Ok("ok".into_response()),
         Route::OpenApiV2 => crds(&app.store)
             .and_then(|crds| openapi::v2(&registry, &crds).map_err(ApiStatus::internal))
-            .map(|d| json_response(StatusCode::OK, &d)),
+            .map(|d| {
+                let accept = parts
+                    .headers
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                match accept.and_then(openapi_proto::requested) {
+                    Some(media) => (
+                        StatusCode::OK,
+                        [(header::CONTENT_TYPE, media)],
+                        openapi_proto::encode(&d),
+                    )
+                        .into_response(),
+                    None => json_response(StatusCode::OK, &d),
+                }
+            }),
         Route::OpenApiV3(None) => crds(&app.store)
             .and_then(|crds| openapi::v3_index(&registry, &crds).map_err(ApiStatus::internal))
             .map(|d| json_response(StatusCode::OK, &d)),

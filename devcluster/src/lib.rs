@@ -26,6 +26,7 @@ mod handlers;
 pub mod kubeconfig;
 mod list;
 pub mod openapi;
+mod openapi_proto;
 pub mod ownership;
 pub mod patch;
 pub mod protobuf;

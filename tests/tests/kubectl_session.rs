@@ -263,6 +263,18 @@ async fn session(k: &Kubectl, server: Server) -> Value {
             .await
             .contains("deployment.apps/api created")
     );
+    // A `kind: List` file (what `kubectl get -o yaml` writes) is validated by kubectl itself,
+    // against the OpenAPI v2 document in protobuf.
+    const LIST: &str = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: listed}\n  data: {mode: slow}\n";
+    let list = k.file("list.yaml", LIST);
+    let created = k.ok(&["create", "-f", &list]).await;
+    assert!(created.contains("configmap/listed created"), "{created}");
+    let bad_list = k.file("bad-list.yaml", &LIST.replace("data:", "datta:"));
+    let refused = k.fails(&["create", "-f", &bad_list]).await;
+    assert!(
+        refused.contains("unknown field \"datta\" in io.k8s.api.core.v1.ConfigMap"),
+        "{refused}"
+    );
     let explained = k.ok(&["explain", "deployment.spec.replicas"]).await;
     assert!(
         explained.contains("FIELD: replicas <integer>"),
