@@ -97,6 +97,10 @@ pub struct WorkQueueReport {
 /// How many failing keys `/status` lists.
 pub const FAILING_SHOWN: usize = 10;
 
+/// A drained work queue that gave back the room of at least this many keys (about 100 KiB) also
+/// asks for the freed heap to be given back to the OS ([`crate::trim`]), as the event queue does.
+const TRIM_KEYS: usize = 1024;
+
 /// A key that failed since its last success.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -283,6 +287,9 @@ impl Work {
             }
         };
         self.queue.done(&key);
+        if self.queue.release_drained() >= TRIM_KEYS {
+            crate::trim::request();
+        }
         let elapsed = started.elapsed();
         match &result {
             Ok(()) => tracing::debug!(

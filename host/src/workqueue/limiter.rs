@@ -103,6 +103,11 @@ impl<K: Clone + Eq + Hash + Ord> ExponentialBackoff<K> {
         self.ranked.iter().map(|(Reverse(n), k)| (k, *n))
     }
 
+    /// Gives back the room of keys no longer failing, down to `capacity`.
+    pub fn shrink_to(&mut self, capacity: usize) {
+        self.failures.shrink_to(capacity);
+    }
+
     /// Sets `key`'s failure count (carried over from another queue).
     pub fn set_count(&mut self, key: K, failures: u32) {
         if failures == 0 {

@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 use super::clock::Clock;
 use super::limiter::{RateLimiter, RateLimits};
 
+/// Keys a drained queue keeps room for ([`WorkQueue::release_drained`]); a burst regrows it.
+pub const KEPT_CAPACITY: usize = 32;
+
 /// A deduplicating, rate-limited queue of keys.
 #[derive(Debug)]
 pub struct WorkQueue<K> {
@@ -202,6 +205,22 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         } else if state.is_idle() {
             self.keys.remove(key);
         }
+    }
+
+    /// Gives back the room a backlog grew once no key is ready (a reconciler's initial list
+    /// queues every key once, and hundreds of plugins would each keep that room); returns how
+    /// many keys' room the ready queue gave back (0 if it had not grown). Cheap to call after
+    /// every key.
+    pub fn release_drained(&mut self) -> usize {
+        let grown = self.queue.capacity();
+        if !self.queue.is_empty() || grown <= KEPT_CAPACITY {
+            return 0;
+        }
+        self.queue.shrink_to(KEPT_CAPACITY);
+        self.keys.shrink_to(KEPT_CAPACITY);
+        self.waiting.shrink_to(KEPT_CAPACITY);
+        self.limiter.backoff_mut().shrink_to(KEPT_CAPACITY);
+        grown - self.queue.capacity()
     }
 
     /// When the earliest scheduled key is due, if any.
@@ -492,6 +511,36 @@ mod tests {
             (2, 2, 1, 1)
         );
         assert_eq!(stats.oldest_ready, Some(ms(30)));
+    }
+
+    /// A reconciler's initial list queues every key once; drained, the queue gives that room back
+    /// (a thousand idle plugins would each keep it).
+    #[test]
+    fn a_drained_backlog_gives_back_its_room() {
+        let (mut q, _) = queue(RateLimits::default());
+        let keys: Vec<&'static str> = (0..10_000)
+            .map(|i| &*Box::leak(format!("k{i}").into_boxed_str()))
+            .collect();
+        for key in &keys {
+            q.add(*key);
+        }
+        q.add_rate_limited("failing");
+        assert_eq!(q.release_drained(), 0, "keys are ready: nothing given back");
+        assert!(q.queue.capacity() >= 10_000 && q.keys.capacity() >= 10_000);
+        while let Some(key) = q.get() {
+            q.forget(&key);
+            q.done(&key);
+        }
+        let released = q.release_drained();
+        assert!(released >= 10_000 - 2 * KEPT_CAPACITY, "{released}");
+        assert!(
+            q.queue.capacity() <= 2 * KEPT_CAPACITY && q.keys.capacity() <= 2 * KEPT_CAPACITY,
+            "{} {}",
+            q.queue.capacity(),
+            q.keys.capacity()
+        );
+        assert_eq!(q.stats().waiting, 1, "the scheduled key stays");
+        assert_eq!(q.release_drained(), 0, "once");
     }
 
     /// The queue as client-go writes it, a set per state and a scan per count: what the counters
