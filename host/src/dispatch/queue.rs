@@ -27,7 +27,8 @@ type Queued = (u64, SubscriptionId, Event);
 const KEPT_CAPACITY: usize = 32;
 /// A drained backlog of at least this many entries (about 120 KiB) also asks for the freed heap
 /// to be given back to the OS ([`crate::trim`]): freed, it would stay resident in malloc's arena.
-const TRIM_CAPACITY: usize = 1024;
+/// The reconcile worker's key queue uses the same bound.
+pub(super) const TRIM_CAPACITY: usize = 1024;
 
 #[derive(Debug, Default)]
 struct State {

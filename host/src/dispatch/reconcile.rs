@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::queue::SubscriptionId;
+use super::queue::{SubscriptionId, TRIM_CAPACITY};
 use super::worker::HandledKind;
 use crate::cache::{CachedObject, Event, Gvk, ObjectKey};
 use crate::error_chain;
@@ -96,10 +96,6 @@ pub struct WorkQueueReport {
 
 /// How many failing keys `/status` lists.
 pub const FAILING_SHOWN: usize = 10;
-
-/// A drained work queue that gave back the room of at least this many keys (about 100 KiB) also
-/// asks for the freed heap to be given back to the OS ([`crate::trim`]), as the event queue does.
-const TRIM_KEYS: usize = 1024;
 
 /// A key that failed since its last success.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -287,7 +283,8 @@ impl Work {
             }
         };
         self.queue.done(&key);
-        if self.queue.release_drained() >= TRIM_KEYS {
+        // A drained backlog's freed heap is given back to the OS, as the event queue's is.
+        if self.queue.release_drained() >= TRIM_CAPACITY {
             crate::trim::request();
         }
         let elapsed = started.elapsed();

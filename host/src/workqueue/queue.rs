@@ -19,7 +19,7 @@ use super::clock::Clock;
 use super::limiter::{RateLimiter, RateLimits};
 
 /// Keys a drained queue keeps room for ([`WorkQueue::release_drained`]); a burst regrows it.
-pub const KEPT_CAPACITY: usize = 32;
+const KEPT_CAPACITY: usize = 32;
 
 /// A deduplicating, rate-limited queue of keys.
 #[derive(Debug)]
@@ -257,8 +257,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub fn carry_into(self, to: &mut Self) {
         let now = self.clock.now();
         for (key, failures) in self.limiter.backoff().counts() {
-            let failures = failures.max(to.num_requeues(key));
-            if to.num_requeues(key) == 0 && to.is_scheduled(key) {
+            let before = to.num_requeues(key);
+            let failures = failures.max(before);
+            if before == 0 && to.is_scheduled(key) {
                 to.in_backoff += 1;
             }
             to.limiter.backoff_mut().set_count(key.clone(), failures);
