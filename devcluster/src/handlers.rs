@@ -95,11 +95,7 @@ fn record_of(parts: &Parts, route: &Route, query: &Query) -> RequestRecord {
         name: path.and_then(|p| p.name.clone()),
         subresource: path.and_then(|p| p.subresource.clone()),
         query: query.pairs().clone(),
-        accept: parts
-            .headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from),
+        accept: accept_of(&parts.headers).map(String::from),
     }
 }
 
@@ -131,12 +127,8 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
         Route::Health => Ok("ok".into_response()),
         Route::OpenApiV2 => crds(&app.store)
             .and_then(|crds| openapi::v2(&registry, &crds).map_err(ApiStatus::internal))
-            .map(|d| {
-                let accept = parts
-                    .headers
-                    .get(header::ACCEPT)
-                    .and_then(|v| v.to_str().ok());
-                match accept.and_then(openapi_proto::requested) {
+            .map(
+                |d| match accept_of(&parts.headers).and_then(openapi_proto::requested) {
                     Some(media) => (
                         StatusCode::OK,
                         [(header::CONTENT_TYPE, media)],
@@ -144,8 +136,8 @@ pub(crate) async fn handle(State(app): State<App>, request: Request) -> Response
                     )
                         .into_response(),
                     None => json_response(StatusCode::OK, &d),
-                }
-            }),
+                },
+            ),
         Route::OpenApiV3(None) => crds(&app.store)
             .and_then(|crds| openapi::v3_index(&registry, &crds).map_err(ApiStatus::internal))
             .map(|d| json_response(StatusCode::OK, &d)),
@@ -278,11 +270,12 @@ fn parse_object(parts: &Parts, bytes: &[u8]) -> Result<Value, ApiStatus> {
 }
 
 fn view_of(headers: &HeaderMap, query: &Query) -> View {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    View::negotiate(accept, query)
+    View::negotiate(accept_of(headers).unwrap_or(""), query)
+}
+
+/// The request's `Accept` header, if it is text.
+fn accept_of(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
 }
 
 /// Serves a single object in the negotiated representation.
