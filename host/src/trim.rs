@@ -16,7 +16,11 @@
 //! [`DEBOUNCE`] after the first request, so a thousand plugins going idle together, or a hundred
 //! informers syncing, cost one trim. Only with glibc; elsewhere (the musl static binary)
 //! [`request`] does nothing.
+//!
+//! The same thread runs other work that gives memory back and need not delay the thread that
+//! asks for it ([`later`]): the code pages a plugin's `init` ran (`plugin::code`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, Once};
 use std::time::Duration;
 
@@ -25,7 +29,19 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// The least time between two trims (a trim walks every arena under its lock).
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
-static REQUESTED: Mutex<bool> = Mutex::new(false);
+/// A piece of work for the background thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What the background thread has been asked for.
+struct Pending {
+    trim: bool,
+    jobs: Vec<Job>,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending {
+    trim: false,
+    jobs: Vec::new(),
+});
 static WAKE: Condvar = Condvar::new();
 static START: Once = Once::new();
 
@@ -37,16 +53,41 @@ pub(crate) fn request() {
     if !cfg!(all(target_os = "linux", target_env = "gnu")) {
         return;
     }
+    start();
+    PENDING.lock().expect("trim lock poisoned").trim = true;
+    WAKE.notify_one();
+}
+
+/// Runs `job` on the background thread, [`DEBOUNCE`] or so from now; runs it here if the thread
+/// cannot be started.
+pub(crate) fn later(job: impl FnOnce() + Send + 'static) {
+    if !start() {
+        job();
+        return;
+    }
+    PENDING
+        .lock()
+        .expect("trim lock poisoned")
+        .jobs
+        .push(Box::new(job));
+    WAKE.notify_one();
+}
+
+/// Starts the background thread if it is not running; whether it runs.
+fn start() -> bool {
+    static STARTED: AtomicBool = AtomicBool::new(false);
     START.call_once(|| {
         let spawned = std::thread::Builder::new()
             .name("wasmformer-trim".into())
             .spawn(run);
-        if let Err(error) = spawned {
-            tracing::warn!(%error, "cannot start the thread that gives freed memory back to the OS");
+        match spawned {
+            Ok(_) => STARTED.store(true, Ordering::Relaxed),
+            Err(error) => {
+                tracing::warn!(%error, "cannot start the thread that gives freed memory back to the OS")
+            }
         }
     });
-    *REQUESTED.lock().expect("trim lock poisoned") = true;
-    WAKE.notify_one();
+    STARTED.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -62,13 +103,25 @@ pub(crate) fn requests_on_this_thread() -> u64 {
 
 fn run() {
     loop {
-        let mut requested = REQUESTED.lock().expect("trim lock poisoned");
-        while !*requested {
-            requested = WAKE.wait(requested).expect("trim lock poisoned");
+        let mut pending = PENDING.lock().expect("trim lock poisoned");
+        while !pending.trim && pending.jobs.is_empty() {
+            pending = WAKE.wait(pending).expect("trim lock poisoned");
         }
-        drop(requested);
+        drop(pending);
         std::thread::sleep(DEBOUNCE);
-        *REQUESTED.lock().expect("trim lock poisoned") = false;
+        let (trim, jobs) = {
+            let mut pending = PENDING.lock().expect("trim lock poisoned");
+            (
+                std::mem::take(&mut pending.trim),
+                std::mem::take(&mut pending.jobs),
+            )
+        };
+        for job in jobs {
+            job();
+        }
+        if !trim {
+            continue;
+        }
         let started = std::time::Instant::now();
         let released = trim_now();
         tracing::debug!(
@@ -90,6 +143,23 @@ pub(crate) fn trim_now() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
+    }
+}
+
+#[cfg(test)]
+mod later_tests {
+    /// A job handed to [`later`](super::later) runs, on the background thread, not the caller's.
+    #[test]
+    fn a_job_runs_on_the_background_thread() {
+        let (sent, ran) = std::sync::mpsc::channel();
+        super::later(move || {
+            let thread = std::thread::current().name().map(str::to_owned);
+            sent.send(thread).unwrap();
+        });
+        let thread = ran
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(thread.as_deref(), Some("wasmformer-trim"));
     }
 }
 

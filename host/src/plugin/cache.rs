@@ -12,7 +12,7 @@
 //!   file (same device, inode, size and ctime, which no unprivileged process can set back) skip
 //!   reading it again, so a repeated load costs what it did before the MAC;
 //! - a loaded component maps the checked file (the identity is checked again after the map), so
-//!   its code is file-backed: resident only where it runs, shared between plugins of one version.
+//!   its code is file-backed: resident only where it runs ([`MappedCode`]).
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use super::memory::{give_back, page_size};
+use super::code::MappedCode;
 
 /// Why the compile cache cannot be used. Each message names the directory or file and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -137,9 +137,9 @@ impl CompileCache {
     /// The cached component for `digest`, if there is one this host wrote and `engine` accepts.
     ///
     /// The component maps the artifact file rather than a copy of it: its code is then resident
-    /// only where it runs, shared by every plugin of the same version, and given back by the
-    /// kernel under pressure (issue 16: a copy kept ~0.5 MiB of code resident per plugin).
-    pub(crate) fn load(&self, engine: &Engine, digest: &str) -> Option<Component> {
+    /// only where it runs, and given back by the kernel under pressure (issue 16: a copy kept
+    /// ~0.5 MiB of code resident per plugin).
+    pub(crate) fn load(&self, engine: &Engine, digest: &str) -> Option<MappedCode> {
         let (path, mac_path) = self.paths(digest);
         let identity = FileIdentity::of(&std::fs::metadata(&path).ok()?);
         let known = self
@@ -179,17 +179,14 @@ impl CompileCache {
         engine: &Engine,
         path: &Path,
         identity: FileIdentity,
-    ) -> Option<Component> {
+    ) -> Option<MappedCode> {
         // SAFETY: this process checked this very file's MAC (same inode, size and ctime, so
         // not written since) or wrote it; the path includes the engine's compatibility hash.
         let component = unsafe { Component::deserialize_file(engine, path) };
         // The file could have been replaced between the check and the open: check again.
         let unchanged = std::fs::metadata(path).is_ok_and(|m| FileIdentity::of(&m) == identity);
         match component {
-            Ok(component) if unchanged => {
-                release_metadata_pages(&component);
-                return Some(component);
-            }
+            Ok(component) if unchanged => return Some(MappedCode::map(component)),
             Ok(_) => {
                 tracing::warn!(path = %path.display(), "compiled component changed while it was loaded; recompiling")
             }
@@ -227,43 +224,6 @@ impl CompileCache {
             }
         }
     }
-}
-
-/// Gives back the resident pages of everything in `component`'s mapped artifact but its code.
-///
-/// Loading reads the artifact's headers and metadata (and the kernel maps the neighbours of
-/// every page it faults in, up to 64 KiB around), so without this the whole file stays resident:
-/// for a small Rust plugin 370 KiB, of which the code is 212 KiB. The rest (unwind and address
-/// maps, trap tables, function names, symbols, the memory image's source) is read again only on a
-/// trap or, for the memory image, through its own mapping. The mapping is read-only and backed by
-/// the file, so a page given back holds the file's bytes when it is touched again.
-fn release_metadata_pages(component: &Component) {
-    let image = component.image_range();
-    let (start, end) = (image.start as usize, image.end as usize);
-    // SAFETY: wasmtime keeps the image mapped, and unchanged, while `component` lives.
-    let bytes = unsafe { std::slice::from_raw_parts(image.start, end - start) };
-    let Some(code) = code_range(bytes) else {
-        return;
-    };
-    let page = page_size();
-    let round_up = |n: usize| n.div_ceil(page) * page;
-    let code = (start + code.start) / page * page..round_up(start + code.end);
-    for range in [start..code.start, code.end..round_up(end)] {
-        if range.start < range.end {
-            // SAFETY: the range lies in the image's read-only, file-backed private mapping
-            // (a cached load), never written: only its page-table entries are dropped.
-            unsafe { give_back(range.start, range.end - range.start) };
-        }
-    }
-}
-
-/// Where the executable section lies in a compiled artifact (an ELF object).
-pub(super) fn code_range(artifact: &[u8]) -> Option<std::ops::Range<usize>> {
-    use object::{Object, ObjectSection, SectionKind};
-    let file = object::File::parse(artifact).ok()?;
-    let text = file.sections().find(|s| s.kind() == SectionKind::Text)?;
-    let (offset, size) = text.file_range()?;
-    Some(offset as usize..(offset + size) as usize)
 }
 
 /// Creates `dir` (and missing parents) `0700`, or checks the existing one is this user's and not

@@ -301,7 +301,10 @@ impl PluginInstance {
             result
         });
         match init {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.plugin.settle_code();
+                Ok(())
+            }
             Ok(Err(message)) => {
                 self.live = None;
                 Err(CallError::Init(message))

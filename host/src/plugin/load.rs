@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Store};
 
-use super::engine::{PluginEngine, Reloader, content_digest};
+use super::engine::{Compiled, PluginEngine, Reloader, content_digest};
 use super::host::{Grants, HostState, LogSink};
 use super::world::Pre;
 use super::{CONTRACT_PACKAGE, CONTRACT_VERSION, LEGACY_CONTRACT_VERSIONS, LoadError};
@@ -99,27 +99,32 @@ impl LoadedPlugin {
             },
         })?;
         let digest = content_digest(wasm);
-        let (component, from_cache) =
-            engine
-                .compile(wasm, &digest)
-                .map_err(|source| LoadError::Compile {
-                    plugin: plugin.clone(),
-                    path: file.clone(),
-                    source,
-                })?;
-        let info = describe(engine.engine(), &component);
+        let compiled = engine
+            .compile(wasm, &digest)
+            .map_err(|source| LoadError::Compile {
+                plugin: plugin.clone(),
+                path: file.clone(),
+                source,
+            })?;
+        let (component, from_cache) = (&compiled.component, compiled.from_cache);
+        let info = describe(engine.engine(), component);
         let minor = check_contract(&info, &plugin, &file)?;
         let contract = info.contract_version.clone().unwrap_or_default();
         let instance_pre = engine
             .linker()
-            .instantiate_pre(&component)
+            .instantiate_pre(component)
             .map_err(|source| unlinked(&info, &plugin, &file, source))?;
-        let pre = Pre::new(minor, info.reconciler, info.state, instance_pre).map_err(|source| {
-            LoadError::UnsatisfiedImport {
-                plugin: plugin.clone(),
-                path: file.clone(),
-                source,
-            }
+        let pre = Pre::new(
+            minor,
+            info.reconciler,
+            info.state,
+            instance_pre,
+            compiled.mapped,
+        )
+        .map_err(|source| LoadError::UnsatisfiedImport {
+            plugin: plugin.clone(),
+            path: file.clone(),
+            source,
         })?;
         let (reconciles, keeps_state) = (pre.reconciles(), pre.keeps_state());
         let reload = engine.reloader();
@@ -196,9 +201,12 @@ impl LoadedPlugin {
             .reload
             .as_ref()
             .expect("only code that can be loaded again is released");
-        let component = match reloader.cache.load(&reloader.engine, &self.inner.digest) {
-            Some(component) => component,
-            None => self.compile_again(reloader)?,
+        let (component, mapped) = match reloader.cache.load(&reloader.engine, &self.inner.digest) {
+            Some(mapped) => (mapped.component().clone(), Some(Arc::new(mapped))),
+            None => {
+                let compiled = self.compile_again(reloader)?;
+                (compiled.component, compiled.mapped)
+            }
         };
         // The world it was checked for at load: the same exports, so the same flags.
         let pre = Pre::new(
@@ -206,6 +214,7 @@ impl LoadedPlugin {
             self.reconciles(),
             self.keeps_state(),
             reloader.linker.instantiate_pre(&component)?,
+            mapped,
         )?;
         *code = Some(pre.clone());
         Ok(pre)
@@ -213,7 +222,7 @@ impl LoadedPlugin {
 
     /// Compiles the released code again from the plugin's file, if it still holds this version
     /// (the compile cache lost the artifact meanwhile).
-    fn compile_again(&self, reloader: &Reloader) -> wasmtime::Result<Component> {
+    fn compile_again(&self, reloader: &Reloader) -> wasmtime::Result<Compiled> {
         let digest = &self.inner.digest;
         let wasm = std::fs::read(&self.inner.path)
             .ok()
@@ -226,7 +235,7 @@ impl LoadedPlugin {
                 ))
             })?;
         tracing::warn!(plugin.id = %self.inner.name, plugin.version = %&digest[..12], "compiled code of an unloaded plugin missing from the compile cache: compiling it again");
-        Ok(reloader.compile(&wasm, digest)?.0)
+        reloader.compile(&wasm, digest)
     }
 
     /// Drops this version's compiled code (an unloaded plugin's) if it can be loaded again from
@@ -243,6 +252,15 @@ impl LoadedPlugin {
             .expect("plugin code lock poisoned")
             .take()
             .is_some()
+    }
+
+    /// Gives back, in the background, the pages of code the first `init` of an instance of this
+    /// code ran, once: an idle plugin then keeps only what its events run resident.
+    pub(crate) fn settle_code(&self) {
+        let code = self.inner.code.lock().expect("plugin code lock poisoned");
+        if let Some(pre) = &*code {
+            pre.settle_code();
+        }
     }
 
     /// Loads the code again if it was released (what the next instance does anyway).
@@ -346,14 +364,14 @@ pub fn inspect(engine: &PluginEngine, path: &Path) -> Result<ContractInfo, LoadE
             path: path.to_owned(),
         },
     })?;
-    let (component, _) = engine
+    let compiled = engine
         .compile(&wasm, &content_digest(&wasm))
         .map_err(|source| LoadError::Compile {
             plugin: name.clone(),
             path: path.to_owned(),
             source,
         })?;
-    Ok(describe(engine.engine(), &component))
+    Ok(describe(engine.engine(), &compiled.component))
 }
 
 /// `Ok` for a component; `Err(true)` for a core module, `Err(false)` for anything else.

@@ -12,6 +12,7 @@
 
 mod backoff;
 mod cache;
+mod code;
 mod engine;
 mod error;
 pub mod host;

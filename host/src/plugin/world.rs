@@ -13,6 +13,7 @@ use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, Typ
 use super::bindings::wasmformer::plugin::types;
 use super::bindings_controller::{self, exports::wasmformer::plugin::reconciler};
 use super::bindings_v02;
+use super::code::MappedCode;
 use super::host::{HostState, PackedKind, SharedObject};
 use super::memory::{ConfigArg, StateArg};
 use crate::cache::{Event, Gvk};
@@ -26,6 +27,8 @@ pub(crate) struct Pre {
     /// `init`, called by hand in every world: its config's lowering finds the guest's memory.
     init: ComponentExportIndex,
     state: Option<StateIndices>,
+    /// The code as mapped from the compile cache, if it was.
+    mapped: Option<Arc<MappedCode>>,
 }
 
 /// Where `save-state` and `restore-state` of the optional `state` export are. Both are called by
@@ -131,12 +134,14 @@ enum WorldIndices {
 
 impl Pre {
     /// The handle for a component whose handler export is version `0.<minor>.x`, and which
-    /// exports `reconciler` if `reconciler`, and `state` if `state`.
+    /// exports `reconciler` if `reconciler`, and `state` if `state`; `mapped` is its code as
+    /// mapped from the compile cache.
     pub fn new(
         minor: u64,
         reconciler: bool,
         state: bool,
         instance_pre: InstancePre<HostState>,
+        mapped: Option<Arc<MappedCode>>,
     ) -> wasmtime::Result<Self> {
         let world = match (minor, reconciler) {
             (2, _) => WorldIndices::V02(Arc::new(bindings_v02::PluginIndices::new(&instance_pre)?)),
@@ -167,7 +172,15 @@ impl Pre {
             world,
             init,
             state,
+            mapped,
         })
+    }
+
+    /// Gives back, in the background, the code pages the first `init` ran (see [`MappedCode`]).
+    pub fn settle_code(&self) {
+        if let Some(mapped) = &self.mapped {
+            mapped.settle_soon();
+        }
     }
 
     pub fn engine(&self) -> &wasmtime::Engine {

@@ -1,0 +1,314 @@
+//! [`MappedCode`]: a component's compiled code as mapped from the compile cache, and how little of
+//! it stays resident.
+//!
+//! The compile cache maps an artifact rather than copying it, so its code is backed by the file:
+//! a page given back (`madvise(MADV_DONTNEED)`) comes back from the page cache, unchanged and
+//! without a read, when it runs again. Two things of the kernel's decide what stays resident:
+//! - *fault-around*: a fault maps with its page every page of the file the page cache holds within
+//!   the same 64 KiB, inside the same mapping (VMA). Loading reads the artifact's headers and
+//!   metadata, and the cache's check has just read the whole file, so a load alone made the whole
+//!   artifact resident (370 KiB for a small Rust plugin, of which its code is 212 KiB);
+//! - *one mapping*: the code is one VMA, so each page a call ran brought 64 KiB with it, and an
+//!   idle plugin kept all its code: what its `init` ran (parsing its config: serde_json, the
+//!   allocator, formatting) as well as what its events run.
+//!
+//! So a load gives back every page of the artifact ([`MappedCode::map`]); and after the first
+//! `init` of an instance of it, a background thread ([`crate::trim`]) cuts the code's mapping in
+//! pieces of a page, each its own VMA (every other one marked `MADV_RANDOM`, which has no other
+//! effect on code: the kernel reads an executable mapping's misses ahead regardless, since Linux
+//! 6.16), and gives back its pages ([`MappedCode::settle`]). An idle plugin then holds the pages
+//! its events ran, not those of `init`, nor 64 KiB around each (issue 16: 212 KiB of code
+//! resident per idle `bench-probe` before, about 52 KiB after; BENCHMARKS.md).
+//!
+//! Each piece costs the kernel a VMA (about 200 bytes, outside the process's RSS) and one of
+//! `vm.max_map_count`'s (65,530 by default). The pieces of all components together stay within
+//! half of it ([`PIECES`]); a component cut when little is left gets fewer, larger pieces.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use wasmtime::component::Component;
+
+use super::memory::{give_back, page_size};
+
+/// Code pieces cut in this process, counted against [`piece_budget`].
+static PIECES: AtomicUsize = AtomicUsize::new(0);
+
+/// The compiled code of a component mapped from the compile cache.
+pub(crate) struct MappedCode {
+    /// Keeps the mapping alive.
+    component: Component,
+    /// The code's pages, in the mapping.
+    code: Option<Range<usize>>,
+    /// Whether [`settle`](Self::settle) was asked for.
+    settling: AtomicBool,
+    /// The pieces it was cut in, counted in [`PIECES`] while it lives.
+    pieces: AtomicUsize,
+}
+
+impl MappedCode {
+    /// Takes `component`, just mapped from a file of the compile cache (read-only, never written),
+    /// and gives back every resident page of its artifact: headers and metadata are read again
+    /// only on a trap, the code as it runs, the memory image through its own mapping.
+    pub(crate) fn map(component: Component) -> Self {
+        let image = component.image_range();
+        let (start, end) = (image.start as usize, image.end as usize);
+        // SAFETY: wasmtime keeps the image mapped, and unchanged, while `component` lives.
+        let bytes = unsafe { std::slice::from_raw_parts(image.start, end - start) };
+        // Read before the pages are given back: it reads the headers.
+        let code = code_range(bytes).map(|code| {
+            let page = page_size();
+            start + code.start / page * page..start + code.end.next_multiple_of(page)
+        });
+        // SAFETY: the image is wasmtime's read-only, file-backed private mapping, never written:
+        // only its page-table entries are dropped.
+        unsafe { give_back(start, end.next_multiple_of(page_size()) - start) };
+        Self {
+            component,
+            code,
+            settling: AtomicBool::new(false),
+            pieces: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn component(&self) -> &Component {
+        &self.component
+    }
+
+    /// Asks, the first time only, for [`settle`](Self::settle) on the background thread: after
+    /// the first `init` of an instance of this code.
+    pub(crate) fn settle_soon(self: &Arc<Self>) {
+        if self.settling.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let code = Arc::downgrade(self);
+        crate::trim::later(move || {
+            if let Some(code) = code.upgrade() {
+                code.settle();
+            }
+        });
+    }
+
+    /// Cuts the code's mapping in pieces (once) and gives back its resident pages: they come
+    /// back, a piece at a time, as they run again.
+    pub(crate) fn settle(&self) {
+        let Some(code) = &self.code else {
+            return;
+        };
+        if self.pieces.load(Ordering::Relaxed) == 0 {
+            let pieces = cut(code.clone(), &PIECES, piece_budget());
+            self.pieces.store(pieces, Ordering::Relaxed);
+        }
+        // SAFETY: the code's pages in the mapping `self.component` keeps alive, read-only and
+        // file-backed; a page running meanwhile faults in again.
+        unsafe { give_back(code.start, code.len()) };
+    }
+}
+
+impl Drop for MappedCode {
+    fn drop(&mut self) {
+        PIECES.fetch_sub(*self.pieces.get_mut(), Ordering::Relaxed);
+    }
+}
+
+/// The most code pieces all components may be cut in: half of `vm.max_map_count`, leaving the
+/// other half to the rest of the process (instance pool, stacks, heap).
+fn piece_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|count| count.trim().parse::<usize>().ok())
+            .unwrap_or(65_530)
+            / 2
+    })
+}
+
+/// Cuts the mapping `code` (page-aligned, one VMA) in pieces of a page, or fewer, larger ones if
+/// `cut` (the pieces cut so far) would pass `budget`; returns how many pieces it took from the
+/// budget (none if it would leave one).
+fn cut(code: Range<usize>, cut: &AtomicUsize, budget: usize) -> usize {
+    let page = page_size();
+    let wanted = code.len() / page;
+    let Ok(before) = cut.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+        let pieces = wanted.min(budget.saturating_sub(taken));
+        (pieces >= 2).then_some(taken + pieces)
+    }) else {
+        return 0;
+    };
+    let pieces = wanted.min(budget - before);
+    let piece = code.len().div_ceil(pieces).next_multiple_of(page);
+    for at in code.clone().step_by(piece).skip(1).step_by(2) {
+        let len = piece.min(code.end - at);
+        // SAFETY: `at..at + len` lies in the mapping; `MADV_RANDOM` changes only how the kernel
+        // reads it in. A failure leaves the mapping in fewer pieces.
+        if unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_RANDOM) } != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "could not cut compiled code's mapping");
+            break;
+        }
+    }
+    pieces
+}
+
+/// Where the executable section lies in a compiled artifact (an ELF object).
+pub(super) fn code_range(artifact: &[u8]) -> Option<Range<usize>> {
+    use object::{Object, ObjectSection, SectionKind};
+    let file = object::File::parse(artifact).ok()?;
+    let text = file.sections().find(|s| s.kind() == SectionKind::Text)?;
+    let (offset, size) = text.file_range()?;
+    Some(offset as usize..(offset + size) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cache::{CachedObject, Event, Gvk};
+    use crate::plugin::{Grants, Limits, LoadedPlugin, PluginEngine, PluginInstance};
+
+    /// The resident bytes of each executable mapping of `path` in this process, in address order.
+    fn code_mappings(path: &Path) -> Vec<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let path = path.to_string_lossy();
+        let mut mappings = Vec::new();
+        let mut in_code = false;
+        for line in smaps.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields
+                .first()
+                .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+            {
+                in_code = fields.get(1) == Some(&"r-xp") && fields.get(5) == Some(&&*path);
+                if in_code {
+                    mappings.push(0);
+                }
+            } else if in_code && fields.first() == Some(&"Rss:") {
+                *mappings.last_mut().unwrap() = fields[1].parse::<u64>().unwrap() * 1024;
+            }
+        }
+        mappings
+    }
+
+    /// The one artifact in the compile cache under `dir`.
+    fn artifact_in(dir: &Path) -> PathBuf {
+        let engine_dir = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.is_dir())
+            .unwrap();
+        std::fs::read_dir(engine_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .unwrap()
+    }
+
+    /// Issue 16: after its first `init`, a plugin's code is cut in pieces of a page and given
+    /// back, so what stays resident is what its events run: for the `counter` guest, handling a
+    /// Pod keeps about a fifth of its code resident, where one mapping kept all of it.
+    #[test]
+    fn after_init_only_the_code_events_run_stays_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
+        let path = Path::new(wasmformer_tests::guests::COUNTER);
+        let loaded = LoadedPlugin::load(&engine, "counter", path).unwrap();
+        let artifact = artifact_in(dir.path());
+        let code = code_range(&std::fs::read(&artifact).unwrap()).unwrap();
+        let pages = code.len().div_ceil(page_size());
+        assert_eq!(code_mappings(&artifact).len(), 1, "before init");
+
+        let mut instance =
+            PluginInstance::start(loaded, Limits::default(), Grants::none(), &json!({}), None)
+                .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while code_mappings(&artifact).len() == 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pieces = code_mappings(&artifact);
+        assert_eq!(pieces.len(), pages, "pieces of the code's mapping");
+        assert_eq!(pieces.iter().sum::<u64>(), 0, "resident after the settle");
+
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "default", "resourceVersion": "1", "uid": "u"},
+        });
+        let obj = std::sync::Arc::new(CachedObject::from_value(pod, true, &[]).unwrap());
+        let gvk = Gvk::from_api_version("v1", "Pod");
+        instance
+            .handle(
+                &gvk,
+                &Event::Add {
+                    obj,
+                    initial: false,
+                },
+            )
+            .unwrap();
+        let resident: u64 = code_mappings(&artifact).iter().sum();
+        assert!(
+            resident > 0 && resident < code.len() as u64 / 3,
+            "{resident} bytes of {} of code resident after one event",
+            code.len()
+        );
+    }
+
+    /// A mapping of `pages` pages of a file, as the compile cache's are (read-only, private).
+    fn mapped_file(pages: usize) -> (tempfile::NamedTempFile, Range<usize>) {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let len = pages * page_size();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&vec![7u8; len]).unwrap();
+        // SAFETY: a fresh read-only mapping of a file this test owns.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_file().as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        (file, at as usize..at as usize + len)
+    }
+
+    /// How many mappings lie in `range`.
+    fn mappings_in(range: &Range<usize>) -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|line| {
+                let start = line.split('-').next().unwrap();
+                range.contains(&usize::from_str_radix(start, 16).unwrap())
+            })
+            .count()
+    }
+
+    /// The pieces stay within the budget: a page each while it lasts, fewer and larger ones
+    /// when little is left, none when it would leave one.
+    #[test]
+    fn cuts_stay_within_the_budget() {
+        let (_file, code) = mapped_file(16);
+        let taken = AtomicUsize::new(0);
+        assert_eq!(cut(code.clone(), &taken, 100), 16);
+        assert_eq!(mappings_in(&code), 16);
+        assert_eq!(taken.load(Ordering::Relaxed), 16);
+
+        let (_file, code) = mapped_file(16);
+        assert_eq!(cut(code.clone(), &taken, 20), 4);
+        assert_eq!(mappings_in(&code), 4);
+        assert_eq!(taken.load(Ordering::Relaxed), 20);
+
+        let (_file, code) = mapped_file(16);
+        let taken = AtomicUsize::new(19);
+        assert_eq!(cut(code.clone(), &taken, 20), 0);
+        assert_eq!(mappings_in(&code), 1);
+        assert_eq!(taken.load(Ordering::Relaxed), 19);
+    }
+}
