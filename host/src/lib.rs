@@ -15,6 +15,7 @@ pub mod oci;
 pub mod plugin;
 pub mod rbac;
 pub mod replay;
+pub mod resident;
 pub mod runtime;
 pub mod trigger;
 mod trim;

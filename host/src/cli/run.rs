@@ -73,6 +73,7 @@ pub async fn serve(
         None => None,
     };
     let _reloads = wasmformer::trigger::spawn(runtime.clone(), watch_files)?;
+    let _settle = tokio::spawn(settle_code_once_synced(runtime.clone()));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let deadline = async {
         match run_for {
@@ -96,6 +97,15 @@ pub async fn serve(
     }
     tracing::info!(shutdown.elapsed = ?started.elapsed(), "stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Once every plugin has synced (the start's work done: configuration, compiles, initial lists),
+/// gives back the host's code pages only the start ran (`wasmformer::resident`).
+async fn settle_code_once_synced(runtime: std::sync::Arc<Runtime>) {
+    while !runtime.is_synced().await {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    wasmformer::resident::settle_own_code_soon();
 }
 
 /// A second signal during shutdown: leave without delivering the rest (exit status 128 + signal).

@@ -1,39 +1,23 @@
-//! [`MappedCode`]: a component's compiled code as mapped from the compile cache, and how little of
-//! it stays resident.
+//! [`MappedCode`]: a component's compiled code as mapped from the compile cache, resident only
+//! where it runs (`crate::resident`).
 //!
-//! The compile cache maps an artifact rather than copying it, so its code is backed by the file:
-//! a page given back (`madvise(MADV_DONTNEED)`) comes back from the page cache, unchanged and
-//! without a read, when it runs again. Two things of the kernel's decide what stays resident:
-//! - *fault-around*: a fault maps with its page every page of the file the page cache holds within
-//!   the same 64 KiB, inside the same mapping (VMA). Loading reads the artifact's headers and
-//!   metadata, and the cache's check has just read the whole file, so a load alone made the whole
-//!   artifact resident (370 KiB for a small Rust plugin, of which its code is 212 KiB);
-//! - *one mapping*: the code is one VMA, so each page a call ran brought 64 KiB with it, and an
-//!   idle plugin kept all its code: what its `init` ran (parsing its config: serde_json, the
-//!   allocator, formatting) as well as what its events run.
-//!
-//! So a load gives back every page of the artifact ([`MappedCode::map`]); and after the first
-//! `init` of an instance of it, a background thread ([`crate::trim`]) cuts the code's mapping in
-//! pieces of a page, each its own VMA (every other one marked `MADV_RANDOM`, which has no other
-//! effect on code: the kernel reads an executable mapping's misses ahead regardless, since Linux
-//! 6.16), and gives back its pages ([`MappedCode::settle`]). An idle plugin then holds the pages
-//! its events ran, not those of `init`, nor 64 KiB around each (issue 16: 212 KiB of code
-//! resident per idle `bench-probe` before, about 52 KiB after; BENCHMARKS.md).
-//!
-//! Each piece costs the kernel a VMA (about 200 bytes, outside the process's RSS) and one of
-//! `vm.max_map_count`'s (65,530 by default). The pieces of all components together stay within
-//! half of it ([`PIECES`]); a component cut when little is left gets fewer, larger pieces.
+//! A load gives back every page of the artifact it read ([`MappedCode::map`]): the cache's check
+//! has just read the whole file, and the kernel maps its cached neighbours with every page a load
+//! faults in, so a load alone made it all resident (370 KiB for a small Rust plugin, of which its
+//! code is 212 KiB). After the first `init` of an instance of it, a background thread
+//! ([`crate::trim`]) cuts the code's mapping in pieces of a page and gives its pages back
+//! ([`MappedCode::settle`]): an idle plugin then holds the pages its events ran, not those of
+//! `init` (its config's parsing: serde_json, formatting), nor 64 KiB around each (issue 16: 212
+//! KiB of code resident per idle `bench-probe` before, about 52 KiB after a few hundred events).
+//! A plugin's code is small and there may be a thousand: a page each keeps the most out.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use wasmtime::component::Component;
 
-use super::memory::{give_back, page_size};
-
-/// Code pieces cut in this process, counted against [`piece_budget`].
-static PIECES: AtomicUsize = AtomicUsize::new(0);
+use crate::resident::{cut, give_back, page_size, uncut};
 
 /// The compiled code of a component mapped from the compile cache.
 pub(crate) struct MappedCode {
@@ -43,7 +27,7 @@ pub(crate) struct MappedCode {
     code: Option<Range<usize>>,
     /// Whether [`settle`](Self::settle) was asked for.
     settling: AtomicBool,
-    /// The pieces it was cut in, counted in [`PIECES`] while it lives.
+    /// The pieces it was cut in (`resident::cut`), given back to the budget when it goes.
     pieces: AtomicUsize,
 }
 
@@ -97,7 +81,7 @@ impl MappedCode {
             return;
         };
         if self.pieces.load(Ordering::Relaxed) == 0 {
-            let pieces = cut(code.clone(), &PIECES, piece_budget());
+            let pieces = cut(code.clone(), page_size());
             self.pieces.store(pieces, Ordering::Relaxed);
         }
         // SAFETY: the code's pages in the mapping `self.component` keeps alive, read-only and
@@ -108,47 +92,8 @@ impl MappedCode {
 
 impl Drop for MappedCode {
     fn drop(&mut self) {
-        PIECES.fetch_sub(*self.pieces.get_mut(), Ordering::Relaxed);
+        uncut(*self.pieces.get_mut());
     }
-}
-
-/// The most code pieces all components may be cut in: half of `vm.max_map_count`, leaving the
-/// other half to the rest of the process (instance pool, stacks, heap).
-fn piece_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/vm/max_map_count")
-            .ok()
-            .and_then(|count| count.trim().parse::<usize>().ok())
-            .unwrap_or(65_530)
-            / 2
-    })
-}
-
-/// Cuts the mapping `code` (page-aligned, one VMA) in pieces of a page, or fewer, larger ones if
-/// `cut` (the pieces cut so far) would pass `budget`; returns how many pieces it took from the
-/// budget (none if it would leave one).
-fn cut(code: Range<usize>, cut: &AtomicUsize, budget: usize) -> usize {
-    let page = page_size();
-    let wanted = code.len() / page;
-    let Ok(before) = cut.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
-        let pieces = wanted.min(budget.saturating_sub(taken));
-        (pieces >= 2).then_some(taken + pieces)
-    }) else {
-        return 0;
-    };
-    let pieces = wanted.min(budget - before);
-    let piece = code.len().div_ceil(pieces).next_multiple_of(page);
-    for at in code.clone().step_by(piece).skip(1).step_by(2) {
-        let len = piece.min(code.end - at);
-        // SAFETY: `at..at + len` lies in the mapping; `MADV_RANDOM` changes only how the kernel
-        // reads it in. A failure leaves the mapping in fewer pieces.
-        if unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_RANDOM) } != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "could not cut compiled code's mapping");
-            break;
-        }
-    }
-    pieces
 }
 
 /// Where the executable section lies in a compiled artifact (an ELF object).
@@ -254,61 +199,5 @@ mod tests {
             "{resident} bytes of {} of code resident after one event",
             code.len()
         );
-    }
-
-    /// A mapping of `pages` pages of a file, as the compile cache's are (read-only, private).
-    fn mapped_file(pages: usize) -> (tempfile::NamedTempFile, Range<usize>) {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let len = pages * page_size();
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(&vec![7u8; len]).unwrap();
-        // SAFETY: a fresh read-only mapping of a file this test owns.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_file().as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(at, libc::MAP_FAILED);
-        (file, at as usize..at as usize + len)
-    }
-
-    /// How many mappings lie in `range`.
-    fn mappings_in(range: &Range<usize>) -> usize {
-        std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .filter(|line| {
-                let start = line.split('-').next().unwrap();
-                range.contains(&usize::from_str_radix(start, 16).unwrap())
-            })
-            .count()
-    }
-
-    /// The pieces stay within the budget: a page each while it lasts, fewer and larger ones
-    /// when little is left, none when it would leave one.
-    #[test]
-    fn cuts_stay_within_the_budget() {
-        let (_file, code) = mapped_file(16);
-        let taken = AtomicUsize::new(0);
-        assert_eq!(cut(code.clone(), &taken, 100), 16);
-        assert_eq!(mappings_in(&code), 16);
-        assert_eq!(taken.load(Ordering::Relaxed), 16);
-
-        let (_file, code) = mapped_file(16);
-        assert_eq!(cut(code.clone(), &taken, 20), 4);
-        assert_eq!(mappings_in(&code), 4);
-        assert_eq!(taken.load(Ordering::Relaxed), 20);
-
-        let (_file, code) = mapped_file(16);
-        let taken = AtomicUsize::new(19);
-        assert_eq!(cut(code.clone(), &taken, 20), 0);
-        assert_eq!(mappings_in(&code), 1);
-        assert_eq!(taken.load(Ordering::Relaxed), 19);
     }
 }

@@ -11,8 +11,8 @@
 //! then finds no page written and keeps none. wasmtime 49 has no call for this (50's
 //! `Engine::release_idle_pool_memory` releases every idle slot at once, and keeping saves little
 //! there: BENCHMARKS.md) and does not tell an embedder where a component's memory is; lowering a
-//! string into it does. [`give_back`] is the host's one way of returning pages (the compile cache
-//! uses it for a loaded artifact's metadata too).
+//! string into it does. The pages go back through [`give_back`], the host's one way of returning
+//! pages (`crate::resident`).
 //!
 //! A restored state goes the other way: [`StateArg`] lowers it into pages the instance has never
 //! touched (an unload gave them all back), and has the kernel fill them in one call first.
@@ -28,6 +28,7 @@ use wasmtime::component::__internal::{
 use wasmtime::component::{ComponentType, Lower};
 
 use super::host::HostState;
+use crate::resident::{give_back, page_size};
 
 /// `init`'s config, lowered as the `string` it is, noting where the guest's memory starts (in
 /// the instance's [`MemoryCap`](super::host::MemoryCap)).
@@ -197,30 +198,5 @@ impl GuestMemory {
         // SAFETY: the range is the instance's own memory, mapped by its pool slot, and nothing
         // reads it again before the pool resets it (the caller's contract).
         unsafe { give_back(self.base, len.div_ceil(page) * page) };
-    }
-}
-
-/// The OS's page size.
-pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
-}
-
-/// Gives the pages of `start..start + len` back to the OS (`madvise(MADV_DONTNEED)`): a private
-/// mapping's pages read as the file's bytes (or zeros, anonymous) when touched again. A failure
-/// only leaves them resident.
-///
-/// # Safety
-/// The range is mapped, page-aligned, and nothing relies on what was written there.
-pub(crate) unsafe fn give_back(start: usize, len: usize) {
-    if len == 0 || !start.is_multiple_of(page_size()) {
-        return;
-    }
-    // SAFETY: the caller's contract.
-    if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
-        tracing::debug!(
-            error = %std::io::Error::last_os_error(),
-            "could not give pages back to the OS"
-        );
     }
 }
