@@ -16,8 +16,9 @@
 //! code), and its pages are given back. What runs afterwards comes back a piece at a time.
 //! Each piece costs the kernel a VMA (about 200 bytes, outside the process's RSS) and one of
 //! `vm.max_map_count`'s (65,530 by default): the pieces of all code together stay within half of
-//! it ([`piece_budget`]), and code cut when little is left gets fewer, larger pieces. Measured in
-//! BENCHMARKS.md ("Code resident only where it runs").
+//! it ([`piece_budget`]), and once half of that is taken, code is cut in larger pieces, twice as
+//! large each time the part left halves ([`pieces_for`]). Measured in BENCHMARKS.md ("Code
+//! resident only where it runs").
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -57,14 +58,14 @@ fn piece_budget() -> usize {
 
 /// [`cut`], counting in `taken` against `budget`; none if it would leave one piece.
 fn cut_within(code: Range<usize>, piece: usize, taken: &AtomicUsize, budget: usize) -> usize {
-    let wanted = code.len() / piece;
+    let pieces = |taken| pieces_for(code.len(), piece, budget.saturating_sub(taken), budget);
     let Ok(before) = taken.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
-        let pieces = wanted.min(budget.saturating_sub(taken));
+        let pieces = pieces(taken);
         (pieces >= 2).then_some(taken + pieces)
     }) else {
         return 0;
     };
-    let pieces = wanted.min(budget - before);
+    let pieces = pieces(before);
     let size = code.len().div_ceil(pieces).next_multiple_of(piece);
     for at in code.clone().step_by(size).skip(1).step_by(2) {
         let len = size.min(code.end - at);
@@ -76,6 +77,14 @@ fn cut_within(code: Range<usize>, piece: usize, taken: &AtomicUsize, budget: usi
         }
     }
     pieces
+}
+
+/// How many pieces code of `len` bytes is cut in with `free` of `budget` pieces left: pieces of
+/// `piece` bytes while half the budget is left, twice as large while a quarter is, and so on, so
+/// that a thousand plugins are all cut, the last ones coarser; never more than are left.
+fn pieces_for(len: usize, piece: usize, free: usize, budget: usize) -> usize {
+    let coarser = budget.div_ceil(2 * free.max(1)).max(1).next_power_of_two();
+    (len / (piece * coarser)).min(free)
 }
 
 /// Settles the host's own executable, on the background thread: once its start is done (every
@@ -198,8 +207,8 @@ mod tests {
             .count()
     }
 
-    /// The pieces stay within the budget: as asked while it lasts, fewer and larger ones when
-    /// little is left, none when it would leave one.
+    /// The pieces stay within the budget: as asked while half of it is left, larger ones as it
+    /// runs short, none when they would be fewer than two.
     #[test]
     fn cuts_stay_within_the_budget() {
         let page = page_size();
@@ -212,17 +221,44 @@ mod tests {
         let (_file, code) = mapped_file(16);
         assert_eq!(cut_within(code.clone(), 2 * page, &taken, 100), 8);
         assert_eq!(mappings_in(&code), 8);
+        assert_eq!(taken.load(Ordering::Relaxed), 24);
+
+        // 30 of 100 left: pieces of two pages.
+        let (_file, code) = mapped_file(16);
+        let taken = AtomicUsize::new(70);
+        assert_eq!(cut_within(code.clone(), page, &taken, 100), 8);
+        assert_eq!(mappings_in(&code), 8);
+        assert_eq!(taken.load(Ordering::Relaxed), 78);
+
+        // 10 of 100 left: pieces of eight pages.
+        let (_file, code) = mapped_file(16);
+        let taken = AtomicUsize::new(90);
+        assert_eq!(cut_within(code.clone(), page, &taken, 100), 2);
+        assert_eq!(mappings_in(&code), 2);
+        assert_eq!(taken.load(Ordering::Relaxed), 92);
 
         let (_file, code) = mapped_file(16);
-        assert_eq!(cut_within(code.clone(), page, &taken, 28), 4);
-        assert_eq!(mappings_in(&code), 4);
-        assert_eq!(taken.load(Ordering::Relaxed), 28);
-
-        let (_file, code) = mapped_file(16);
-        let taken = AtomicUsize::new(27);
-        assert_eq!(cut_within(code.clone(), page, &taken, 28), 0);
+        let taken = AtomicUsize::new(99);
+        assert_eq!(cut_within(code.clone(), page, &taken, 100), 0);
         assert_eq!(mappings_in(&code), 1);
-        assert_eq!(taken.load(Ordering::Relaxed), 27);
+        assert_eq!(taken.load(Ordering::Relaxed), 99);
+    }
+
+    /// A thousand plugins of 55 pages each, after the host's 2,000 pieces, fit the default budget:
+    /// every one is cut, the first ones a page a piece.
+    #[test]
+    fn a_thousand_plugins_are_all_cut() {
+        let (page, budget) = (4096, 65_530 / 2);
+        let mut taken = 2_000;
+        let mut per_plugin = Vec::new();
+        for _ in 0..1000 {
+            let pieces = pieces_for(55 * page, page, budget - taken, budget);
+            taken += pieces;
+            per_plugin.push(pieces);
+        }
+        assert_eq!(per_plugin[0], 55);
+        assert!(per_plugin.iter().all(|&p| p >= 2), "{per_plugin:?}");
+        assert!(taken <= budget);
     }
 
     /// Only read-only private mappings of the file with no written page are settled.
