@@ -17,31 +17,14 @@ impl Drop for Host {
     }
 }
 
-/// The executable mappings of `pid` whose file name satisfies `file`: (size, resident) in bytes.
+/// The executable mappings of `pid` whose file satisfies `file`: (size, resident) in bytes.
 fn code_mappings(pid: u32, file: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    let mut mappings = Vec::new();
-    let mut in_code = false;
-    for line in smaps.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            [range, perms, _, _, _, path, ..] if range.contains('-') && !range.ends_with(':') => {
-                in_code = *perms == "r-xp" && file(path);
-                if in_code {
-                    let (start, end) = range.split_once('-').unwrap();
-                    let size = u64::from_str_radix(end, 16).unwrap()
-                        - u64::from_str_radix(start, 16).unwrap();
-                    mappings.push((size, 0));
-                }
-            }
-            ["Rss:", kb, ..] if in_code => {
-                mappings.last_mut().unwrap().1 = kb.parse::<u64>().unwrap() * 1024;
-            }
-            [range, ..] if range.contains('-') && !range.ends_with(':') => in_code = false,
-            _ => {}
-        }
-    }
-    mappings
+    wasmformer_tests::bench::proc::mappings(pid)
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.perms == "r-xp" && file(&m.path))
+        .map(|m| (m.end - m.start, m.rss))
+        .collect()
 }
 
 #[test]

@@ -118,25 +118,13 @@ mod tests {
 
     /// The resident bytes of each executable mapping of `path` in this process, in address order.
     fn code_mappings(path: &Path) -> Vec<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let path = path.to_string_lossy();
-        let mut mappings = Vec::new();
-        let mut in_code = false;
-        for line in smaps.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields
-                .first()
-                .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
-            {
-                in_code = fields.get(1) == Some(&"r-xp") && fields.get(5) == Some(&&*path);
-                if in_code {
-                    mappings.push(0);
-                }
-            } else if in_code && fields.first() == Some(&"Rss:") {
-                *mappings.last_mut().unwrap() = fields[1].parse::<u64>().unwrap() * 1024;
-            }
-        }
-        mappings
+        wasmformer_tests::bench::proc::mappings(std::process::id())
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.perms == "r-xp" && m.path == path)
+            .map(|m| m.rss)
+            .collect()
     }
 
     /// The one artifact in the compile cache under `dir`.

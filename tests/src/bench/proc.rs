@@ -111,12 +111,23 @@ pub struct Breakdown {
 }
 
 /// One mapping of `/proc/<pid>/smaps`.
-struct Mapping {
-    start: u64,
-    end: u64,
-    perms: String,
-    path: String,
-    rss: u64,
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// `r-xp` and the like.
+    pub perms: String,
+    /// The file mapped, or `[heap]` and the like, or empty.
+    pub path: String,
+    /// Resident bytes.
+    pub rss: u64,
+}
+
+/// The mappings of `pid`, in address order.
+pub fn mappings(pid: u32) -> Result<Vec<Mapping>> {
+    Ok(mappings_of(&std::fs::read_to_string(format!(
+        "/proc/{pid}/smaps"
+    ))?))
 }
 
 /// The RSS of `pid` by kind of mapping.
