@@ -20,8 +20,7 @@
 //! The same thread runs other work that gives memory back and need not delay the thread that
 //! asks for it ([`later`]): the code pages a plugin's `init` ran (`plugin::code`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, Once};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How long the trimmer waits after a request for more requests to gather.
@@ -43,7 +42,6 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending {
     jobs: Vec::new(),
 });
 static WAKE: Condvar = Condvar::new();
-static START: Once = Once::new();
 
 /// Asks for the heap's free pages to be given back soon (after an unload, a completed list or a
 /// drained backlog).
@@ -75,19 +73,16 @@ pub(crate) fn later(job: impl FnOnce() + Send + 'static) {
 
 /// Starts the background thread if it is not running; whether it runs.
 fn start() -> bool {
-    static STARTED: AtomicBool = AtomicBool::new(false);
-    START.call_once(|| {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    *STARTED.get_or_init(|| {
         let spawned = std::thread::Builder::new()
             .name("wasmformer-trim".into())
             .spawn(run);
-        match spawned {
-            Ok(_) => STARTED.store(true, Ordering::Relaxed),
-            Err(error) => {
-                tracing::warn!(%error, "cannot start the thread that gives freed memory back to the OS")
-            }
+        if let Err(error) = &spawned {
+            tracing::warn!(%error, "cannot start the thread that gives freed memory back to the OS");
         }
-    });
-    STARTED.load(Ordering::Relaxed)
+        spawned.is_ok()
+    })
 }
 
 #[cfg(test)]

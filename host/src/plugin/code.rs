@@ -74,16 +74,14 @@ impl MappedCode {
         });
     }
 
-    /// Cuts the code's mapping in pieces (once) and gives back its resident pages: they come
-    /// back, a piece at a time, as they run again.
-    pub(crate) fn settle(&self) {
+    /// Cuts the code's mapping in pieces and gives back its resident pages: they come back, a
+    /// piece at a time, as they run again. Called once ([`settle_soon`](Self::settle_soon)).
+    fn settle(&self) {
         let Some(code) = &self.code else {
             return;
         };
-        if self.pieces.load(Ordering::Relaxed) == 0 {
-            let pieces = cut(code.clone(), page_size());
-            self.pieces.store(pieces, Ordering::Relaxed);
-        }
+        self.pieces
+            .store(cut(code.clone(), page_size()), Ordering::Relaxed);
         // SAFETY: the code's pages in the mapping `self.component` keeps alive, read-only and
         // file-backed; a page running meanwhile faults in again.
         unsafe { give_back(code.start, code.len()) };

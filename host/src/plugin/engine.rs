@@ -291,7 +291,8 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    fn mapped(mapped: MappedCode, from_cache: bool) -> Self {
+    /// `mapped`, loaded from the compile cache (`from_cache`) or just compiled into it.
+    pub(crate) fn mapped(mapped: MappedCode, from_cache: bool) -> Self {
         Self {
             component: mapped.component().clone(),
             mapped: Some(Arc::new(mapped)),

@@ -201,20 +201,17 @@ impl LoadedPlugin {
             .reload
             .as_ref()
             .expect("only code that can be loaded again is released");
-        let (component, mapped) = match reloader.cache.load(&reloader.engine, &self.inner.digest) {
-            Some(mapped) => (mapped.component().clone(), Some(Arc::new(mapped))),
-            None => {
-                let compiled = self.compile_again(reloader)?;
-                (compiled.component, compiled.mapped)
-            }
+        let compiled = match reloader.cache.load(&reloader.engine, &self.inner.digest) {
+            Some(mapped) => Compiled::mapped(mapped, true),
+            None => self.compile_again(reloader)?,
         };
         // The world it was checked for at load: the same exports, so the same flags.
         let pre = Pre::new(
             self.inner.minor,
             self.reconciles(),
             self.keeps_state(),
-            reloader.linker.instantiate_pre(&component)?,
-            mapped,
+            reloader.linker.instantiate_pre(&compiled.component)?,
+            compiled.mapped,
         )?;
         *code = Some(pre.clone());
         Ok(pre)

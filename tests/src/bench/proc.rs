@@ -138,9 +138,8 @@ pub fn smaps_breakdown(pid: u32) -> Result<Breakdown> {
 
 /// Resident bytes of `pid`'s mappings of the file `path` (each of its mappings, all summed).
 pub fn file_rss(pid: u32, path: &std::path::Path) -> Result<u64> {
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
     let path = path.to_string_lossy();
-    Ok(mappings_of(&smaps)
+    Ok(mappings(pid)?
         .iter()
         .filter(|m| m.path == path)
         .map(|m| m.rss)
