@@ -18,7 +18,7 @@ pub mod replay;
 pub mod resident;
 pub mod runtime;
 pub mod trigger;
-mod trim;
+pub mod trim;
 pub mod workqueue;
 pub mod writer;
 pub mod yaml;

@@ -5,6 +5,7 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    wasmformer::trim::one_arena();
     let args = cli::Args::parse();
     cli::init_tracing(&args);
     match cli::run(args) {

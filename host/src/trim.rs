@@ -17,6 +17,17 @@
 //! informers syncing, cost one trim. Only with glibc; elsewhere (the musl static binary)
 //! [`request`] does nothing.
 //!
+//! Every thread allocates from malloc's one main arena ([`one_arena`]). glibc gives each thread
+//! that allocates its own arena (up to eight per core), and the informer's task moves between
+//! tokio's workers: a list's objects and the transient pages they were decoded from then lay in
+//! several arenas, each with its own free holes a trim cannot give back. With 10,000 Pods cached
+//! the host's RSS was 54–64 MiB in three runs with glibc's arenas, 52.3–52.5 in three with one
+//! (issue 17, item 4); with 100 plugins on 1,000 Pods, 38–43 MiB against 29 (issue 16). The
+//! threads then share the arena's lock: malloc was 4 % of the host's time with 300 plugins
+//! either way, yet the density bench measured 10.8–12.9 µs of host CPU per handler call with
+//! arenas per thread and 12.6–13.5 with one (BENCHMARKS.md, "One malloc arena"). The
+//! environment can choose more arenas ([`one_arena`]).
+//!
 //! The same thread runs other work that gives memory back and need not delay the thread that
 //! asks for it ([`later`]): the code pages a plugin's `init` ran (`plugin::code`).
 
@@ -125,6 +136,22 @@ fn run() {
             "freed heap given back to the OS"
         );
         std::thread::sleep(MIN_INTERVAL.saturating_sub(DEBOUNCE));
+    }
+}
+
+/// Has every thread allocate from malloc's main arena, unless the environment chose how many
+/// arenas there are (`GLIBC_TUNABLES=glibc.malloc.arena_max=N` or `MALLOC_ARENA_MAX`). Called
+/// once at start, before other threads allocate. Only with glibc; elsewhere it does nothing.
+pub fn one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let chosen = std::env::var("GLIBC_TUNABLES")
+            .is_ok_and(|tunables| tunables.contains("glibc.malloc.arena_max"))
+            || std::env::var_os("MALLOC_ARENA_MAX").is_some();
+        if !chosen {
+            // SAFETY: mallopt has no preconditions; threads that already have an arena keep it.
+            unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+        }
     }
 }
 
