@@ -19,7 +19,7 @@
 //!
 //! Every thread allocates from malloc's one main arena ([`one_arena`]). glibc gives each thread
 //! that allocates its own arena (up to eight per core), and the informer's task moves between
-//! tokio's workers: a list's objects and the transient pages they were decoded from then lay in
+//! tokio's workers: a list's objects and the transient pages they were decoded from then lie in
 //! several arenas, each with its own free holes a trim cannot give back. With 10,000 Pods cached
 //! the host's RSS was 54–64 MiB in three runs with glibc's arenas, 52.3–52.5 in three with one
 //! (issue 17, item 4); with 100 plugins on 1,000 Pods, 38–43 MiB against 29 (issue 16). The
