@@ -1,9 +1,10 @@
 //! Builds every plugin (the examples and the test guests) to a wasm component with
 //! `cargo build --release --target wasm32-wasip2` and whole-program optimisation (what
 //! `wasmformer new` puts in a plugin's Cargo.toml, given here as `--config` so the host's own
-//! release build is not slowed by it), into `target/wasm`, and writes their paths as
-//! constants into `$OUT_DIR/guests.rs`. A guest crate without a constant cannot be used, and a
-//! constant without a crate fails this build.
+//! release build is not slowed by it), with the inlining the workspace's `.cargo/config.toml`
+//! sets for that target (as `wasmformer new` sets it in a plugin's own), into `target/wasm`, and
+//! writes their paths as constants into `$OUT_DIR/guests.rs`. A guest crate without a constant
+//! cannot be used, and a constant without a crate fails this build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +33,7 @@ fn main() {
         "tests/guests",
         "Cargo.toml",
         "Cargo.lock",
+        ".cargo/config.toml",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }

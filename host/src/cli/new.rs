@@ -69,6 +69,10 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
                 "src/lib.rs",
                 vec![
                     ("Cargo.toml", toml),
+                    (
+                        ".cargo/config.toml",
+                        include_str!("templates/cargo-config.toml").into(),
+                    ),
                     ("src/lib.rs", include_str!("templates/lib.rs").into()),
                 ],
             )
