@@ -1,7 +1,7 @@
-//! The README's plugin-author snippets, built as a plugin author would: the `Cargo.toml` and the
-//! `lib.rs` of "Plugin author guide", and its state example, each in a crate outside this
-//! workspace, with `cargo build --release --target wasm32-wasip2`; then the host loads and runs
-//! what it built.
+//! The README's plugin-author snippets, built as a plugin author would: the `Cargo.toml`, the
+//! `.cargo/config.toml` and the `lib.rs` of "Plugin author guide", and its state example, each in
+//! a crate outside this workspace, with `cargo build --release --target wasm32-wasip2`; then the
+//! host loads and runs what it built.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,16 +31,30 @@ fn author_guide(readme: &str) -> &str {
         .expect("the plugin author guide")..]
 }
 
-/// Builds `source` with `manifest` as a plugin author would, in a crate of its own outside this
-/// workspace (beside a checkout of this repository, as the manifest's path says); returns the
-/// component, where the README says it lands.
-fn build(manifest: &str, source: &str, crate_name: &str) -> PathBuf {
+/// The guide's `.cargo/config.toml`: the build settings for the plugin's target.
+fn cargo_config(guide: &str) -> &str {
+    let config = fenced(
+        &guide[guide
+            .find("`.cargo/config.toml`")
+            .expect("the guide names .cargo/config.toml")..],
+        "toml",
+    );
+    assert!(config.contains("[target.wasm32-wasip2]"), "{config}");
+    config
+}
+
+/// Builds `source` with `manifest` and the cargo `config` as a plugin author would, in a crate of
+/// its own outside this workspace (beside a checkout of this repository, as the manifest's path
+/// says); returns the component, where the README says it lands.
+fn build(manifest: &str, config: &str, source: &str, crate_name: &str) -> PathBuf {
     let root = repo_root().canonicalize().unwrap();
     let guide_path = "../wasmformer/guest-sdk";
     assert!(manifest.contains(guide_path), "{manifest}");
     let dir = tempfile::tempdir().unwrap();
     let crate_dir = dir.path().join(crate_name);
     std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    std::fs::create_dir_all(crate_dir.join(".cargo")).unwrap();
+    std::fs::write(crate_dir.join(".cargo/config.toml"), config).unwrap();
     std::os::unix::fs::symlink(&root, dir.path().join("wasmformer")).unwrap();
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(crate_dir.join("src/lib.rs"), source).unwrap();
@@ -115,7 +129,7 @@ fn the_plugin_author_guide_builds_and_runs() {
         manifest.contains("[package]") && manifest.contains("name = \"my-plugin\""),
         "{manifest}"
     );
-    let wasm = build(manifest, source, "my-plugin");
+    let wasm = build(manifest, cargo_config(guide), source, "my-plugin");
     assert!(
         readme.contains("target/wasm32-wasip2/release/my_plugin.wasm"),
         "the README names the file"
@@ -139,7 +153,12 @@ fn the_state_example_builds_and_keeps_its_count_across_an_unload() {
     let manifest = fenced(guide, "toml")
         .replace("name = \"my-plugin\"", "name = \"pod-counter\"")
         .replace("[dependencies]\n", &format!("[dependencies]\n{serde}\n"));
-    let wasm = build(&manifest, fenced(state, "rust"), "pod-counter");
+    let wasm = build(
+        &manifest,
+        cargo_config(guide),
+        fenced(state, "rust"),
+        "pod-counter",
+    );
 
     let (mut instance, lines) = start(&wasm, json!({"verbose": true}));
     add(&mut instance, "a", 1);
