@@ -31,7 +31,8 @@ fn author_guide(readme: &str) -> &str {
         .expect("the plugin author guide")..]
 }
 
-/// The guide's `.cargo/config.toml`: the build settings for the plugin's target.
+/// The guide's `.cargo/config.toml`: the build settings for the plugin's target, the same as the
+/// workspace's own (which `wasmformer new` writes).
 fn cargo_config(guide: &str) -> &str {
     let config = fenced(
         &guide[guide
@@ -39,7 +40,14 @@ fn cargo_config(guide: &str) -> &str {
             .expect("the guide names .cargo/config.toml")..],
         "toml",
     );
-    assert!(config.contains("[target.wasm32-wasip2]"), "{config}");
+    let table = &config[config
+        .find("[target.wasm32-wasip2]")
+        .unwrap_or_else(|| panic!("no wasm32-wasip2 table: {config}"))..];
+    let workspace = std::fs::read_to_string(repo_root().join(".cargo/config.toml")).unwrap();
+    assert!(
+        workspace.contains(table),
+        "the README's settings differ from .cargo/config.toml:\n{table}"
+    );
     config
 }
 

@@ -71,7 +71,8 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
                     ("Cargo.toml", toml),
                     (
                         ".cargo/config.toml",
-                        include_str!("templates/cargo-config.toml").into(),
+                        // The workspace's own, so plugins built here and new ones match.
+                        include_str!("../../../.cargo/config.toml").into(),
                     ),
                     ("src/lib.rs", include_str!("templates/lib.rs").into()),
                 ],
