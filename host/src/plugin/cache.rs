@@ -183,6 +183,7 @@ impl CompileCache {
         // SAFETY: this process checked this very file's MAC (same inode, size and ctime, so
         // not written since) or wrote it; the path includes the engine's compatibility hash.
         let component = unsafe { Component::deserialize_file(engine, path) };
+        super::let_waiting_threads_run();
         // The file could have been replaced between the check and the open: check again.
         let unchanged = std::fs::metadata(path).is_ok_and(|m| FileIdentity::of(&m) == identity);
         match component {

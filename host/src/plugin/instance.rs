@@ -293,6 +293,7 @@ impl PluginInstance {
             self.live = None;
             self.instantiate()?;
         }
+        super::let_waiting_threads_run();
         let config = self.config.clone();
         let init = self.call(|bindings, store| {
             store.data_mut().in_init = true;

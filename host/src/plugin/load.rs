@@ -99,6 +99,7 @@ impl LoadedPlugin {
             },
         })?;
         let digest = content_digest(wasm);
+        super::let_waiting_threads_run();
         let compiled = engine
             .compile(wasm, &digest)
             .map_err(|source| LoadError::Compile {
@@ -126,6 +127,7 @@ impl LoadedPlugin {
             path: file.clone(),
             source,
         })?;
+        super::let_waiting_threads_run();
         let (reconciles, keeps_state) = (pre.reconciles(), pre.keeps_state());
         let reload = engine.reloader();
         let load_time = started.elapsed();
