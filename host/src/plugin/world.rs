@@ -16,7 +16,7 @@ use super::bindings_v02;
 use super::code::MappedCode;
 use super::host::{HostState, PackedKind, SharedObject};
 use super::memory::{ConfigArg, StateArg};
-use crate::cache::{Event, Gvk};
+use crate::cache::{CachedObject, Event, Gvk};
 
 /// A plugin's pre-instantiated handle, in its world, with the `state` export's indices if it
 /// exports `state`.
@@ -275,7 +275,7 @@ impl Bindings {
         kind: &PackedKind,
         event: &Event,
     ) -> wasmtime::Result<Result<(), String>> {
-        let object = |obj| SharedObject::new(*kind, obj);
+        let object = |obj: &Arc<CachedObject>| SharedObject::new(*kind, obj.clone());
         let events = match &self.world {
             World::Current(events) | World::Controller(_, events) => events,
             World::V02(b) => {

@@ -329,7 +329,7 @@ impl HostState {
         self.answer(kind, "get", |granted| {
             granted
                 .get(namespace, name)
-                .map(|obj| SharedObject::new(granted.packed, &obj))
+                .map(|obj| SharedObject::new(granted.packed, obj))
                 .ok_or(Error::NotFound)
         })
     }
@@ -348,7 +348,7 @@ impl HostState {
             Ok(granted
                 .granted()
                 .list(namespace, &selector)
-                .iter()
+                .into_iter()
                 .map(|o| SharedObject::new(granted.packed, o))
                 .collect())
         })
@@ -367,7 +367,7 @@ impl HostState {
                 .by_index(index, value)
                 .map_err(|e| Error::UnknownIndex(e.to_string()))?;
             Ok(objects
-                .iter()
+                .into_iter()
                 .map(|o| SharedObject::new(granted.packed, o))
                 .collect())
         })
