@@ -70,12 +70,13 @@ pub use host::{Granted, Grants, LogLine, LogObserver, LogSource, WriteAccess};
 pub use instance::{PluginInstance, SavedState};
 pub use load::{ContractInfo, LoadedPlugin, inspect};
 
-/// Lets threads waiting for this core run before the next step of preparing a plugin version.
-/// A load and a start are about a millisecond of CPU in steps of 0.05–0.3 ms (hash, map and
-/// decode, link, instantiate and restore, `init`). On two cores the threads that carry events,
-/// woken on the core a prepare runs on, otherwise wait for all of it: that wait was most of a hot
-/// swap's pause (issue 17, item 9; BENCHMARKS.md, "yield points in a prepare"). With nothing
-/// waiting, a yield costs one system call.
+/// Lets threads waiting for this core run before the next step of loading or starting a plugin
+/// (a hot swap's prepare, a first start, a re-activation). A load and a start are about a
+/// millisecond of CPU in steps of 0.05–0.3 ms (hash, map and decode, link, instantiate and
+/// restore, `init`). On two cores the threads that carry events, woken on the core a prepare runs
+/// on, otherwise wait for all of it: that wait was most of a hot swap's pause (issue 17, item 9;
+/// BENCHMARKS.md, "yield points in a prepare"). With nothing waiting, a yield costs one system
+/// call (about 0.25 µs on a `start`).
 fn let_waiting_threads_run() {
     std::thread::yield_now();
 }
