@@ -72,8 +72,9 @@ pub use load::{ContractInfo, LoadedPlugin, inspect};
 
 /// Lets threads waiting for this core run before the next step of loading or starting a plugin
 /// (a hot swap's prepare, a first start, a re-activation). A load and a start are about a
-/// millisecond of CPU in steps of 0.05–0.3 ms (hash, map and decode, link, instantiate and
-/// restore, `init`). On two cores the threads that carry events, woken on the core a prepare runs
+/// millisecond of CPU in steps of 0.05–0.3 ms on an idle host (hash, map and decode, link,
+/// instantiate and restore, `init`; the decode took 0.3–0.5 ms under a swap bench's load). On two
+/// cores the threads that carry events, woken on the core a prepare runs
 /// on, otherwise wait for all of it: that wait was most of a hot swap's pause (issue 17, item 9;
 /// BENCHMARKS.md, "yield points in a prepare"). With nothing waiting, a yield costs one system
 /// call (about 0.25 µs on a `start`).
