@@ -163,6 +163,11 @@ impl PluginEngine {
             .wasm_component_model(true)
             .epoch_interruption(true)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            // No `.eh_frame` for the system unwinder: wasmtime's own backtraces walk frame
+            // pointers. Registered tables would cost every native backtrace in the host (a
+            // panic, an error under RUST_BACKTRACE=1) a search of every plugin's, and the first
+            // one would fault them all back in (docs/design.md, "Memory given back").
+            .native_unwind_info(false)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
@@ -439,6 +444,36 @@ mod tests {
         let path = std::path::Path::new(wasmformer_tests::guests::COUNTER);
         let plugin = crate::plugin::LoadedPlugin::from_bytes(&engine, "counter", path, &wasm);
         assert!(plugin.is_ok(), "{plugin:?}");
+        drop(compiled);
+    }
+
+    /// A native backtrace (a host panic, or any error's backtrace under `RUST_BACKTRACE=1`)
+    /// walks the host's stack with the system unwinder. Plugins' code registers no unwind
+    /// tables with it, so the walk reads no artifact: libgcc would otherwise sort every
+    /// registered plugin's tables on the first walk, faulting their pages back in, and search
+    /// them all on every frame of every walk after it.
+    #[test]
+    fn a_native_backtrace_reads_no_artifact() {
+        let (wasm, digest, dir) = counter_and_a_cache();
+        let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
+        let compiled = engine.compile(&wasm, &digest).unwrap();
+        let (artifact, _) = engine.cache.as_ref().unwrap().paths(&digest);
+        let rss = || wasmformer_tests::bench::proc::file_rss(std::process::id(), &artifact);
+        assert_eq!(
+            rss().unwrap(),
+            0,
+            "bytes of the artifact resident after its load"
+        );
+        let backtrace = std::backtrace::Backtrace::force_capture();
+        assert_eq!(
+            backtrace.status(),
+            std::backtrace::BacktraceStatus::Captured
+        );
+        assert_eq!(
+            rss().unwrap(),
+            0,
+            "bytes of the artifact resident after a native backtrace"
+        );
         drop(compiled);
     }
 }
