@@ -429,6 +429,12 @@ mod tests {
         );
     }
 
+    /// Bytes of the compile cache's artifact for `digest` resident in this process now.
+    fn artifact_rss(engine: &PluginEngine, digest: &str) -> u64 {
+        let (artifact, _) = engine.cache.as_ref().unwrap().paths(digest);
+        wasmformer_tests::bench::proc::file_rss(std::process::id(), &artifact).unwrap()
+    }
+
     /// Issue 16: a cached load keeps no page of the artifact it read resident: not its headers
     /// and metadata, nor the code, which comes back as it runs (`code`).
     #[test]
@@ -436,9 +442,7 @@ mod tests {
         let (wasm, digest, dir) = counter_and_a_cache();
         let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
         let compiled = engine.compile(&wasm, &digest).unwrap();
-        let (artifact, _) = engine.cache.as_ref().unwrap().paths(&digest);
-        let resident =
-            wasmformer_tests::bench::proc::file_rss(std::process::id(), &artifact).unwrap();
+        let resident = artifact_rss(&engine, &digest);
         assert_eq!(resident, 0, "bytes of the artifact resident after its load");
         // The code is still there and runs.
         let path = std::path::Path::new(wasmformer_tests::guests::COUNTER);
@@ -457,22 +461,17 @@ mod tests {
         let (wasm, digest, dir) = counter_and_a_cache();
         let engine = PluginEngine::new(Some(dir.path().to_owned())).unwrap();
         let compiled = engine.compile(&wasm, &digest).unwrap();
-        let (artifact, _) = engine.cache.as_ref().unwrap().paths(&digest);
-        let rss = || wasmformer_tests::bench::proc::file_rss(std::process::id(), &artifact);
-        assert_eq!(
-            rss().unwrap(),
-            0,
-            "bytes of the artifact resident after its load"
-        );
+        let before = artifact_rss(&engine, &digest);
         let backtrace = std::backtrace::Backtrace::force_capture();
         assert_eq!(
             backtrace.status(),
             std::backtrace::BacktraceStatus::Captured
         );
+        let after = artifact_rss(&engine, &digest);
         assert_eq!(
-            rss().unwrap(),
-            0,
-            "bytes of the artifact resident after a native backtrace"
+            (before, after),
+            (0, 0),
+            "bytes of the artifact resident after its load, then after a native backtrace"
         );
         drop(compiled);
     }
