@@ -4,9 +4,12 @@
 //! are the object. Both are decoded with `prost-reflect` against the descriptors of the
 //! Kubernetes version the dev cluster reports (`proto/kubernetes.fds.gz`, compiled from the
 //! harness's `k8s.io` modules by `proto/generate.sh`), and the object is rendered as the JSON the
-//! API server accepts for it, so the store only ever sees JSON.
+//! API server writes for it, so the store only ever sees JSON. The descriptors name the fields;
+//! how each is written as JSON (embedded inline, omitted when empty or zero, `null` when unset)
+//! comes from the Go types' struct tags, in `proto/json-fields.json.gz` (generated beside the
+//! descriptors by `proto/json_fields.go`).
 
-use std::{io::Read, sync::LazyLock};
+use std::{collections::HashMap, io::Read, sync::LazyLock};
 
 use base64::Engine;
 use prost_reflect::{
@@ -22,15 +25,45 @@ const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
 const META_PACKAGE: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 
 static DESCRIPTORS: &[u8] = include_bytes!("../proto/kubernetes.fds.gz");
+static JSON_FIELDS: &[u8] = include_bytes!("../proto/json-fields.json.gz");
 
 static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
-    let mut bytes = Vec::new();
-    flate2::read::GzDecoder::new(DESCRIPTORS)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("unpacking the protobuf descriptors: {e}"))?;
-    DescriptorPool::decode(bytes.as_slice())
+    DescriptorPool::decode(gunzip(DESCRIPTORS, "the protobuf descriptors")?.as_slice())
         .map_err(|e| format!("loading the protobuf descriptors: {e}"))
 });
+
+/// How the API server writes one field of a message as JSON (from the Go struct's tags).
+#[derive(Debug, serde::Deserialize)]
+struct JsonField(
+    /// The protobuf field number.
+    u32,
+    /// The JSON name; empty for an embedded struct written inline.
+    String,
+    /// `i` inline, `o` omitempty, `z` omitzero, `p` pointer, `s` slice, `m` map, `v` struct value.
+    String,
+);
+
+impl JsonField {
+    fn has(&self, flag: char) -> bool {
+        self.2.contains(flag)
+    }
+}
+
+/// Message full name → its fields in the Go struct's order.
+type JsonFields = HashMap<String, Vec<JsonField>>;
+
+static FIELDS: LazyLock<Result<JsonFields, String>> = LazyLock::new(|| {
+    serde_json::from_slice(&gunzip(JSON_FIELDS, "the JSON field table")?)
+        .map_err(|e| format!("loading the JSON field table: {e}"))
+});
+
+fn gunzip(bytes: &[u8], what: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("unpacking {what}: {e}"))?;
+    Ok(out)
+}
 
 /// A protobuf body could not be turned into an object.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +95,7 @@ pub enum Error {
 
 impl Error {
     /// The message with its causes, `outer: inner`, for a `Status` message.
-    pub(crate) fn chain_message(&self) -> String {
+    pub fn chain_message(&self) -> String {
         let mut message = self.to_string();
         let mut source = std::error::Error::source(self);
         while let Some(cause) = source {
@@ -80,8 +113,9 @@ pub(crate) fn is_protobuf(content_type: &str) -> bool {
 
 /// Decodes a `k8s\0` + `runtime.Unknown` body into the object's JSON (with `apiVersion` and
 /// `kind` from the envelope).
-pub(crate) fn decode(body: &[u8]) -> Result<Value, Error> {
+pub fn decode(body: &[u8]) -> Result<Value, Error> {
     let pool = POOL.as_ref().map_err(|e| Error::Descriptors(e.clone()))?;
+    let fields = FIELDS.as_ref().map_err(|e| Error::Descriptors(e.clone()))?;
     let envelope = body.strip_prefix(MAGIC).ok_or(Error::NoMagic)?;
     let unknown_type = pool
         .get_message_by_name(UNKNOWN)
@@ -113,7 +147,7 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, Error> {
         what: kind.clone(),
         source,
     })?;
-    let mut json = message_json(&object);
+    let mut json = message_json(&object, fields);
     if let Some(map) = json.as_object_mut() {
         map.insert("apiVersion".into(), json!(api_version));
         map.insert("kind".into(), json!(kind));
@@ -137,7 +171,7 @@ fn message_for(pool: &DescriptorPool, api_version: &str, kind: &str) -> Option<M
 
 /// The JSON form of a message, with the apimachinery types that have a custom JSON encoding
 /// (times, quantities, int-or-string, raw JSON) rendered as the API server renders them.
-fn message_json(message: &DynamicMessage) -> Value {
+fn message_json(message: &DynamicMessage, fields: &JsonFields) -> Value {
     let field = |name: &str| message.get_field_by_name(name);
     let int = |name: &str| field(name).and_then(|v| v.as_i64()).unwrap_or(0);
     match message.descriptor().full_name() {
@@ -159,23 +193,32 @@ fn message_json(message: &DynamicMessage) -> Value {
                 json!(field("intVal").and_then(|v| v.as_i32()).unwrap_or(0))
             }
         }
+        // The raw JSON is field 1 of each (`raw`, but `Raw` in FieldsV1).
         "k8s.io.apimachinery.pkg.runtime.RawExtension"
         | "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1"
         | "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON" => {
-            let raw = field("raw").and_then(|v| v.as_bytes().cloned());
+            let raw = message
+                .get_field_by_number(1)
+                .and_then(|v| v.as_bytes().cloned());
             raw.and_then(|raw| serde_json::from_slice(&raw).ok())
                 .unwrap_or(Value::Null)
         }
-        _ => {
+        name => {
             let mut object = Map::new();
-            for (descriptor, value) in message.fields() {
-                match field_json(value) {
-                    // Go's protobuf marshalling writes unset non-pointer strings as "", which
-                    // the JSON encoding omits.
-                    Value::Null => {}
-                    Value::String(s) if s.is_empty() => {}
-                    value => {
-                        object.insert(descriptor.name().to_string(), value);
+            match fields.get(name) {
+                Some(table) => write_fields(message, table, fields, &mut object),
+                None => {
+                    // Not one of the API's Go types: every field that is set, by its proto
+                    // name, leaving out empty strings (Go writes unset non-pointer strings as
+                    // "", which the JSON encoding usually omits).
+                    for (descriptor, value) in message.fields() {
+                        match field_json(value, fields) {
+                            Value::Null => {}
+                            Value::String(s) if s.is_empty() => {}
+                            value => {
+                                object.insert(descriptor.name().to_string(), value);
+                            }
+                        }
                     }
                 }
             }
@@ -184,7 +227,61 @@ fn message_json(message: &DynamicMessage) -> Value {
     }
 }
 
-fn field_json(value: &Field) -> Value {
+/// Writes a message's fields into `object` as Go's `encoding/json` writes its struct: embedded
+/// structs inline, `omitempty` fields left out when empty (a struct value never is), `omitzero`
+/// ones when zero, and an unset pointer, slice or map without either as `null`.
+fn write_fields(
+    message: &DynamicMessage,
+    table: &[JsonField],
+    fields: &JsonFields,
+    object: &mut Map<String, Value>,
+) {
+    for spec in table {
+        let JsonField(number, name, _) = spec;
+        if name == "-" {
+            continue;
+        }
+        let value = message
+            .has_field_by_number(*number)
+            .then(|| message.get_field_by_number(*number))
+            .flatten();
+        if spec.has('i') {
+            if let Some(Field::Message(inner)) = value.as_deref()
+                && let Value::Object(inline) = message_json(inner, fields)
+            {
+                object.extend(inline);
+            }
+            continue;
+        }
+        let json = match value.as_deref() {
+            Some(value) => field_json(value, fields),
+            None if spec.has('o') || spec.has('z') => continue,
+            None if spec.has('p') || spec.has('s') || spec.has('m') => Value::Null,
+            // A scalar or struct the encoder left out: its zero value, as Go would write it.
+            None => match message.descriptor().get_field(*number) {
+                Some(descriptor) => {
+                    field_json(&Field::default_value_for_field(&descriptor), fields)
+                }
+                None => continue,
+            },
+        };
+        let empty = match &json {
+            Value::Bool(b) => !b,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty(),
+            Value::Array(items) => items.is_empty(),
+            Value::Object(map) => map.is_empty(),
+            Value::Null => true,
+        };
+        let omitempty = spec.has('o') && !spec.has('v') && !spec.has('p') && empty;
+        let omitzero = spec.has('z') && empty;
+        if !(omitempty || omitzero) {
+            object.insert(name.clone(), json);
+        }
+    }
+}
+
+fn field_json(value: &Field, fields: &JsonFields) -> Value {
     match value {
         Field::Bool(b) => json!(b),
         Field::I32(n) => json!(n),
@@ -196,8 +293,8 @@ fn field_json(value: &Field) -> Value {
         Field::EnumNumber(n) => json!(n),
         Field::String(s) => json!(s),
         Field::Bytes(b) => json!(base64::engine::general_purpose::STANDARD.encode(b)),
-        Field::Message(m) => message_json(m),
-        Field::List(items) => Value::Array(items.iter().map(field_json).collect()),
+        Field::Message(m) => message_json(m, fields),
+        Field::List(items) => Value::Array(items.iter().map(|v| field_json(v, fields)).collect()),
         Field::Map(entries) => {
             let mut map = Map::new();
             for (key, value) in entries {
@@ -209,7 +306,7 @@ fn field_json(value: &Field) -> Value {
                     MapKey::U32(n) => n.to_string(),
                     MapKey::U64(n) => n.to_string(),
                 };
-                map.insert(key, field_json(value));
+                map.insert(key, field_json(value, fields));
             }
             Value::Object(map)
         }
@@ -239,6 +336,10 @@ mod tests {
 
     fn pool() -> &'static DescriptorPool {
         POOL.as_ref().unwrap()
+    }
+
+    fn fields() -> &'static JsonFields {
+        FIELDS.as_ref().unwrap()
     }
 
     /// Encodes `object` (a JSON document in proto field names) as kubectl would send it.
@@ -284,17 +385,52 @@ mod tests {
     }
 
     #[test]
+    fn fields_are_written_as_the_go_types_tags_say() {
+        // `Volume` embeds its `VolumeSource`, which embeds nothing but holds a `configMap`
+        // whose `LocalObjectReference` is embedded too: both inline in JSON.
+        let mut reference = message("k8s.io.api.core.v1.LocalObjectReference");
+        reference.set_field_by_name("name", Field::String("web".into()));
+        let mut config_map = message("k8s.io.api.core.v1.ConfigMapVolumeSource");
+        config_map.set_field_by_name("localObjectReference", Field::Message(reference));
+        let mut source = message("k8s.io.api.core.v1.VolumeSource");
+        source.set_field_by_name("configMap", Field::Message(config_map));
+        let mut volume = message("k8s.io.api.core.v1.Volume");
+        volume.set_field_by_name("name", Field::String("config".into()));
+        volume.set_field_by_name("volumeSource", Field::Message(source));
+        assert_eq!(
+            message_json(&volume, fields()),
+            json!({"name": "config", "configMap": {"name": "web"}})
+        );
+        // `ready` and `imageID` have no omitempty: false and "" are written; `containerID` has
+        // it; `state` is a struct value, written even when empty.
+        let mut status = message("k8s.io.api.core.v1.ContainerStatus");
+        status.set_field_by_name("name", Field::String("web".into()));
+        status.set_field_by_name("ready", Field::Bool(false));
+        status.set_field_by_name("imageID", Field::String(String::new()));
+        status.set_field_by_name("containerID", Field::String(String::new()));
+        status.set_field_by_name(
+            "state",
+            Field::Message(message("k8s.io.api.core.v1.ContainerState")),
+        );
+        assert_eq!(
+            message_json(&status, fields()),
+            json!({"name": "web", "state": {}, "ready": false, "restartCount": 0,
+                "image": "", "imageID": ""})
+        );
+    }
+
+    #[test]
     fn apimachinery_types_take_their_json_forms() {
         let mut port = message("k8s.io.apimachinery.pkg.util.intstr.IntOrString");
         port.set_field_by_name("type", Field::I64(1));
         port.set_field_by_name("strVal", Field::String("http".into()));
-        assert_eq!(message_json(&port), json!("http"));
+        assert_eq!(message_json(&port, fields()), json!("http"));
         let mut time = message("k8s.io.apimachinery.pkg.apis.meta.v1.Time");
         time.set_field_by_name("seconds", Field::I64(1_700_000_000));
-        assert_eq!(message_json(&time), json!("2023-11-14T22:13:20Z"));
+        assert_eq!(message_json(&time, fields()), json!("2023-11-14T22:13:20Z"));
         let mut quantity = message("k8s.io.apimachinery.pkg.api.resource.Quantity");
         quantity.set_field_by_name("string", Field::String("100m".into()));
-        assert_eq!(message_json(&quantity), json!("100m"));
+        assert_eq!(message_json(&quantity, fields()), json!("100m"));
     }
 
     #[test]

@@ -222,6 +222,23 @@ async fn session(k: &Kubectl, server: Server) -> Value {
         .await,
         "8080"
     );
+    // An Ingress rule's value is an embedded Go struct: its `http` is written inline.
+    assert!(
+        k.ok(&["create", "ingress", "web", "--rule=web.example.com/=web:80"])
+            .await
+            .contains("ingress.networking.k8s.io/web created")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "ingress",
+            "web",
+            "-o",
+            "jsonpath={.spec.rules[0].http.paths[0].backend.service.name}"
+        ])
+        .await,
+        "web"
+    );
     // Server-side apply by a second manager merges `ports` by its keys (port, protocol).
     let https = k.file("https.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports: [{name: https, port: 443, protocol: TCP, targetPort: 8443}]\n");
     assert!(
