@@ -4,9 +4,12 @@
 //! equal the server's JSON: embedded structs inline (a volume's source, a probe's handler, an
 //! Ingress rule's value), empty fields left out or kept as the Go types say, unset times `null`.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use wasmformer_devcluster::protobuf;
 use wasmformer_tests::apiserver::KubeApiserver;
+use wasmformer_tests::bench::pods::{PodFactory, create_pods, name_of};
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
@@ -76,30 +79,11 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
     let server = KubeApiserver::shared();
     let client = server.admin().await;
     let ns = server.namespace("protobuf").await;
-    let core = format!("/api/v1/namespaces/{ns}");
-    let mut paths = Vec::new();
 
-    // The realistic Pod, status included (a create drops it; the status subresource sets it).
-    let mut pod = wasmformer_tests::realistic_pod();
-    let status = pod.as_object_mut().unwrap().remove("status").unwrap();
-    let metadata = pod["metadata"].as_object_mut().unwrap();
-    for field in [
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "managedFields",
-    ] {
-        metadata.remove(field);
-    }
-    metadata.remove("ownerReferences");
-    metadata.insert("namespace".into(), json!(ns));
-    let pod_path = create(&client, &format!("{core}/pods"), &pod).await;
-    let patch = http::Request::patch(format!("{pod_path}/status"))
-        .header("Content-Type", "application/merge-patch+json")
-        .body(serde_json::to_vec(&json!({"status": status})).unwrap())
-        .unwrap();
-    call(&client, patch).await;
-    paths.push(pod_path);
+    // The realistic Pod as the benchmarks create it: status, owner and managed fields included.
+    let pods = Arc::new(PodFactory::new(vec![ns.clone()]));
+    create_pods(&client, &pods, 0..1, 1).await.unwrap();
+    let mut paths = vec![format!("/api/v1/namespaces/{ns}/pods/{}", name_of(0))];
 
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -126,15 +110,6 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
             }
         }
     });
-    paths.push(
-        create(
-            &client,
-            &format!("/apis/apps/v1/namespaces/{ns}/deployments"),
-            &deployment,
-        )
-        .await,
-    );
-
     let ingress = json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "web"},
@@ -143,32 +118,33 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
             "backend": {"service": {"name": "web", "port": {"number": 80}}}
         }]}}]}
     });
-    paths.push(
-        create(
-            &client,
-            &format!("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses"),
-            &ingress,
-        )
-        .await,
-    );
-
     let service = json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]}
     });
-    paths.push(create(&client, &format!("{core}/services"), &service).await);
-
     let configmap = json!({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"},
         "data": {"mode": "fast", "empty": ""}
     });
-    paths.push(create(&client, &format!("{core}/configmaps"), &configmap).await);
-
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "web"},
         "type": "Opaque", "data": {"token": "c2VjcmV0"}
     });
-    paths.push(create(&client, &format!("{core}/secrets"), &secret).await);
+    for (collection, object) in [
+        (
+            format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+            deployment,
+        ),
+        (
+            format!("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses"),
+            ingress,
+        ),
+        (format!("/api/v1/namespaces/{ns}/services"), service),
+        (format!("/api/v1/namespaces/{ns}/configmaps"), configmap),
+        (format!("/api/v1/namespaces/{ns}/secrets"), secret),
+    ] {
+        paths.push(create(&client, &collection, &object).await);
+    }
 
     let mut report = Vec::new();
     for path in &paths {
