@@ -4,12 +4,9 @@
 //! equal the server's JSON: embedded structs inline (a volume's source, a probe's handler, an
 //! Ingress rule's value), empty fields left out or kept as the Go types say, unset times `null`.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use wasmformer_devcluster::protobuf;
 use wasmformer_tests::apiserver::KubeApiserver;
-use wasmformer_tests::bench::pods::{PodFactory, create_pods, name_of};
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
@@ -80,10 +77,53 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
     let client = server.admin().await;
     let ns = server.namespace("protobuf").await;
 
-    // The realistic Pod as the benchmarks create it: status, owner and managed fields included.
-    let pods = Arc::new(PodFactory::new(vec![ns.clone()]));
-    create_pods(&client, &pods, 0..1, 1).await.unwrap();
-    let mut paths = vec![format!("/api/v1/namespaces/{ns}/pods/{}", name_of(0))];
+    // A Pod with what a running one has: owner, probes, volumes, and a status (which a create
+    // drops; the status subresource sets it).
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "web-7d9f8b6c5d-x2x4q", "labels": {"app": "web"},
+            "annotations": {"prometheus.io/scrape": "true"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "web-7d9f8b6c5d", "uid": "6f1c2d3e-0000-4000-8000-000000000001",
+                "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "containers": [{
+                "name": "web", "image": "nginx:1.27",
+                "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/web", "readOnly": true}],
+                "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false}
+            }],
+            "volumes": [
+                {"name": "config", "configMap": {"name": "web", "defaultMode": 420}},
+                {"name": "token", "projected": {"sources": [
+                    {"downwardAPI": {"items": [{"path": "labels",
+                        "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}
+            ],
+            "nodeName": "node-1", "terminationGracePeriodSeconds": 30
+        }
+    });
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    let pod_path = create(&client, &pods, &pod).await;
+    let status = json!({"status": {
+        "phase": "Running", "hostIP": "10.0.0.4", "podIP": "10.244.1.7",
+        "podIPs": [{"ip": "10.244.1.7"}], "startTime": "2026-12-07T06:00:00Z",
+        "conditions": [{"type": "Ready", "status": "True",
+            "lastProbeTime": null, "lastTransitionTime": "2026-12-07T06:00:05Z"}],
+        "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0,
+            "image": "nginx:1.27", "imageID": "", "started": true,
+            "state": {"running": {"startedAt": "2026-12-07T06:00:02Z"}}}]
+    }});
+    let patch = http::Request::patch(format!("{pod_path}/status"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(serde_json::to_vec(&status).unwrap())
+        .unwrap();
+    call(&client, patch).await;
+    let mut paths = vec![pod_path];
 
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
