@@ -18,7 +18,7 @@ use prost_reflect::{
 use serde_json::{Map, Value, json};
 
 /// The `Content-Type` kubectl's typed clients send.
-pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
 const MAGIC: &[u8] = b"k8s\0";
 const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";

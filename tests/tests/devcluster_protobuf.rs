@@ -8,8 +8,6 @@ use serde_json::{Value, json};
 use wasmformer_devcluster::protobuf;
 use wasmformer_tests::apiserver::KubeApiserver;
 
-const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
-
 async fn call(client: &kube::Client, request: http::Request<Vec<u8>>) -> Vec<u8> {
     let what = format!("{} {}", request.method(), request.uri());
     let response = client
@@ -190,7 +188,7 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
     for path in &paths {
         let served: Value =
             serde_json::from_slice(&get(&client, path, "application/json").await).unwrap();
-        let decoded = protobuf::decode(&get(&client, path, PROTOBUF).await)
+        let decoded = protobuf::decode(&get(&client, path, protobuf::MEDIA_TYPE).await)
             .unwrap_or_else(|e| panic!("{path}: {}", e.chain_message()));
         let mut out = Vec::new();
         differences("", &served, &decoded, &mut out);
