@@ -255,7 +255,7 @@ fn content_type(parts: &Parts) -> &str {
 /// A request body as a JSON object: JSON as sent, protobuf decoded (kubectl's typed clients).
 fn parse_object(parts: &Parts, bytes: &[u8]) -> Result<Value, ApiStatus> {
     if protobuf::is_protobuf(content_type(parts)) {
-        return protobuf::decode(bytes).map_err(|e| ApiStatus::bad_request(e.chain_message()));
+        return protobuf::decode(bytes).map_err(ApiStatus::bad_request);
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiStatus::bad_request(format!("the request body is not a JSON object: {e}"))
@@ -299,9 +299,8 @@ fn delete_options(
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else if protobuf::is_protobuf(content_type(parts)) {
-        protobuf::decode(bytes).map_err(|e| {
-            ApiStatus::bad_request(format!("invalid DeleteOptions: {}", e.chain_message()))
-        })?
+        protobuf::decode(bytes)
+            .map_err(|e| ApiStatus::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiStatus::bad_request(format!("invalid DeleteOptions: {e}")))?

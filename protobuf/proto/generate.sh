@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates kubernetes.fds.gz: the protobuf descriptors of every Kubernetes API type, compiled
 # by protoc from the generated.proto files of the k8s.io modules the kube-apiserver harness
-# (tests/kube-apiserver) builds against, so the dev cluster decodes exactly the wire format of
-# the version it reports. And json-fields.json.gz: how the API server writes each of those
-# fields as JSON (inline, omitempty, pointer…), read from the same modules' Go types by
-# json_fields.go. Needs go and protoc (apt-get install protobuf-compiler).
+# (tests/kube-apiserver) builds against, so that wasmformer-protobuf reads exactly the wire
+# format of the version the harness runs and the dev cluster reports. And json-fields.json.gz:
+# how the API server writes each of those fields as JSON (inline, omitempty, pointer…), read from
+# the same modules' Go types by json_fields.go. Needs go and protoc (apt-get install protobuf-compiler).
 #
-# Usage: devcluster/proto/generate.sh
+# Usage: protobuf/proto/generate.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -2,8 +2,8 @@
 // API server writes each of its fields as JSON: the JSON name (empty for an embedded struct whose
 // fields are written inline), `omitempty` or `omitzero`, and whether the Go field is a pointer,
 // a slice, a map or a struct value. The protobuf descriptors (kubernetes.fds.gz) do not carry
-// these; the dev cluster needs them to render a protobuf body as the JSON the server would have
-// stored. Run by generate.sh inside the harness's Go module (tests/kube-apiserver).
+// these; wasmformer-protobuf needs them to write a protobuf body as the JSON the server writes.
+// Run by generate.sh inside the harness's Go module (tests/kube-apiserver).
 //
 // Output: one JSON object, message full name → [[field number, JSON name, flags], …] in the Go
 // struct's field order; flags: i inline, o omitempty, z omitzero, p pointer, s slice, m map,

@@ -1,27 +1,45 @@
-//! The dev cluster renders a protobuf request body (what kubectl's typed clients send) as the JSON
-//! the real API server writes for the same object. Objects are created on the harness's
-//! kube-apiserver and read back in both encodings; the dev cluster's decoding of the protobuf must
-//! equal the server's JSON: embedded structs inline (a volume's source, a probe's handler, an
-//! Ingress rule's value), empty fields left out or kept as the Go types say, unset times `null`.
+//! `wasmformer-protobuf` writes a protobuf body as the JSON the real API server writes for the
+//! same object: the dev cluster decodes kubectl's protobuf request bodies with it. Objects are created on the harness's
+//! kube-apiserver and read back in both encodings, one by one and as LIST pages; the transcoded
+//! protobuf must equal the server's JSON: embedded structs inline (a volume's source, a probe's
+//! handler, an Ingress rule's value), empty fields left out or kept as the Go types say, unset
+//! times `null`, a list's `resourceVersion` and `continue` token.
 
 use serde_json::{Value, json};
-use wasmformer_devcluster::protobuf;
 use wasmformer_tests::apiserver::KubeApiserver;
 
 async fn call(client: &kube::Client, request: http::Request<Vec<u8>>) -> Vec<u8> {
     let what = format!("{} {}", request.method(), request.uri());
-    let response = client
-        .send(request.map(kube::client::Body::from))
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let status = response.status();
-    let body = response.into_body().collect_bytes().await.unwrap().to_vec();
+    let (status, body) = send(client, request).await;
     assert!(
         status.is_success(),
         "{what}: {status} {}",
         String::from_utf8_lossy(&body)
     );
     body
+}
+
+async fn send(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+) -> (http::StatusCode, Vec<u8>) {
+    let what = format!("{} {}", request.method(), request.uri());
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let status = response.status();
+    (
+        status,
+        response.into_body().collect_bytes().await.unwrap().to_vec(),
+    )
+}
+
+/// The transcoder's JSON for a protobuf body, parsed.
+fn transcoded(what: &str, protobuf: &[u8]) -> Value {
+    let json = wasmformer_protobuf::to_json(protobuf).unwrap_or_else(|e| panic!("{what}: {e}"));
+    serde_json::from_slice(&json)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(&json)))
 }
 
 /// Creates `object` at `collection` and returns its path.
@@ -52,11 +70,11 @@ fn differences(path: &str, theirs: &Value, ours: &Value, out: &mut Vec<String>) 
             for (key, value) in a {
                 match b.get(key) {
                     Some(other) => differences(&format!("{path}.{key}"), value, other, out),
-                    None => out.push(format!("{path}.{key}: server {value}, dev cluster none")),
+                    None => out.push(format!("{path}.{key}: server {value}, transcoded none")),
                 }
             }
             for (key, value) in b.iter().filter(|(key, _)| !a.contains_key(*key)) {
-                out.push(format!("{path}.{key}: server none, dev cluster {value}"));
+                out.push(format!("{path}.{key}: server none, transcoded {value}"));
             }
         }
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
@@ -65,16 +83,13 @@ fn differences(path: &str, theirs: &Value, ours: &Value, out: &mut Vec<String>) 
             }
         }
         _ if theirs == ours => {}
-        _ => out.push(format!("{path}: server {theirs}, dev cluster {ours}")),
+        _ => out.push(format!("{path}: server {theirs}, transcoded {ours}")),
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
-    let server = KubeApiserver::shared();
-    let client = server.admin().await;
-    let ns = server.namespace("protobuf").await;
-
+/// Creates in `ns` a running Pod, a Deployment, an Ingress, a Service, a ConfigMap and a Secret,
+/// and returns their paths.
+async fn create_objects(client: &kube::Client, ns: &str) -> Vec<String> {
     // A Pod with what a running one has: owner, probes, volumes, and a status (which a create
     // drops; the status subresource sets it).
     let pod = json!({
@@ -106,7 +121,7 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
         }
     });
     let pods = format!("/api/v1/namespaces/{ns}/pods");
-    let pod_path = create(&client, &pods, &pod).await;
+    let pod_path = create(client, &pods, &pod).await;
     let status = json!({"status": {
         "phase": "Running", "hostIP": "10.0.0.4", "podIP": "10.244.1.7",
         "podIPs": [{"ip": "10.244.1.7"}], "startTime": "2026-12-07T06:00:00Z",
@@ -120,7 +135,7 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
         .header("Content-Type", "application/merge-patch+json")
         .body(serde_json::to_vec(&status).unwrap())
         .unwrap();
-    call(&client, patch).await;
+    call(client, patch).await;
     let mut paths = vec![pod_path];
 
     let deployment = json!({
@@ -181,22 +196,72 @@ async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
         (format!("/api/v1/namespaces/{ns}/configmaps"), configmap),
         (format!("/api/v1/namespaces/{ns}/secrets"), secret),
     ] {
-        paths.push(create(&client, &collection, &object).await);
+        paths.push(create(client, &collection, &object).await);
     }
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_bodies_decode_to_the_json_the_api_server_writes() {
+    let server = KubeApiserver::shared();
+    let client = server.admin().await;
+    let ns = server.namespace("protobuf").await;
+    let mut paths = create_objects(&client, &ns).await;
+
+    // LIST pages, read at one resourceVersion so that both encodings hold the same page and the
+    // same continue token (the server's own writes move the latest one).
+    let pods: Value = serde_json::from_slice(
+        &get(
+            &client,
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            "application/json",
+        )
+        .await,
+    )
+    .unwrap();
+    let version = pods["metadata"]["resourceVersion"].as_str().unwrap();
+    let at = format!("limit=2&resourceVersion={version}&resourceVersionMatch=Exact");
+    paths.push(format!("/api/v1/namespaces/{ns}/configmaps?{at}"));
+    paths.push(format!("/api/v1/namespaces/{ns}/pods?{at}"));
+    paths.push(format!("/apis/apps/v1/namespaces/{ns}/deployments?{at}"));
 
     let mut report = Vec::new();
     for path in &paths {
         let served: Value =
             serde_json::from_slice(&get(&client, path, "application/json").await).unwrap();
-        let decoded = protobuf::decode(&get(&client, path, protobuf::MEDIA_TYPE).await)
-            .unwrap_or_else(|e| panic!("{path}: {}", e.chain_message()));
+        let decoded = transcoded(
+            path,
+            &get(&client, path, wasmformer_protobuf::MEDIA_TYPE).await,
+        );
         let mut out = Vec::new();
         differences("", &served, &decoded, &mut out);
         report.extend(out.into_iter().map(|line| format!("{path}: {line}")));
     }
     assert!(
         report.is_empty(),
-        "the dev cluster's JSON differs from the API server's:\n{}",
+        "the transcoded JSON differs from the API server's:\n{}",
         report.join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_status_in_protobuf_decodes_to_the_json_one() {
+    let server = KubeApiserver::shared();
+    let client = server.admin().await;
+    let ns = server.namespace("protobuf-status").await;
+    let path = format!("/api/v1/namespaces/{ns}/pods/missing");
+    let read = |accept: &'static str| {
+        let request = http::Request::get(&path)
+            .header("Accept", accept)
+            .body(Vec::new())
+            .unwrap();
+        send(&client, request)
+    };
+    let (status, json) = read("application/json").await;
+    assert_eq!(status, http::StatusCode::NOT_FOUND);
+    let (status, protobuf) = read(wasmformer_protobuf::MEDIA_TYPE).await;
+    assert_eq!(status, http::StatusCode::NOT_FOUND);
+    let served: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(served["reason"], "NotFound", "{served}");
+    assert_eq!(transcoded(&path, &protobuf), served);
 }

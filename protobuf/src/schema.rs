@@ -1,0 +1,357 @@
+//! The table the transcoder follows: every message of the embedded descriptors, its fields in the
+//! order Go writes them, each with its JSON key, its wire kind and the Go encoder's rules for it.
+//! Built once, on first use.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::LazyLock;
+
+use prost_reflect::{DescriptorPool, FieldDescriptor, Kind as ProtoKind, MessageDescriptor};
+
+use crate::Error;
+
+static DESCRIPTORS: &[u8] = include_bytes!("../proto/kubernetes.fds.gz");
+static JSON_FIELDS: &[u8] = include_bytes!("../proto/json-fields.json.gz");
+
+static SCHEMA: LazyLock<Result<Schema, String>> = LazyLock::new(Schema::load);
+
+/// The schema, or why it could not be built.
+pub(crate) fn get() -> Result<&'static Schema, Error> {
+    SCHEMA.as_ref().map_err(|e| Error::Schema(e.clone()))
+}
+
+/// Index of a message in [`Schema::messages`].
+pub(crate) type MessageId = u32;
+
+/// The transcoder's view of the descriptors.
+pub(crate) struct Schema {
+    pub(crate) messages: Vec<Message>,
+    /// `{group's first label or "core"}/{version}/{kind}` → message.
+    by_type: HashMap<String, MessageId>,
+    /// `runtime.Unknown`, the envelope of every body.
+    pub(crate) unknown: MessageId,
+}
+
+/// One message type.
+pub(crate) struct Message {
+    /// The full protobuf name, for errors.
+    pub(crate) name: String,
+    /// A type with a JSON form of its own, or `None` for a JSON object of [`Message::fields`].
+    pub(crate) special: Option<Special>,
+    /// The fields in the order Go writes them.
+    pub(crate) fields: Vec<FieldSpec>,
+    /// Field number → index in `fields`, [`NO_SLOT`] for a field JSON does not write.
+    pub(crate) slots: Vec<u16>,
+}
+
+pub(crate) const NO_SLOT: u16 = u16::MAX;
+
+impl Message {
+    pub(crate) fn slot(&self, number: u32) -> u16 {
+        self.slots.get(number as usize).copied().unwrap_or(NO_SLOT)
+    }
+}
+
+/// The apimachinery types whose JSON is not an object of their fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Special {
+    /// `meta/v1.Time`: RFC 3339 to the second; the zero time is `null`.
+    Time,
+    /// `meta/v1.MicroTime`: RFC 3339 to the microsecond.
+    MicroTime,
+    /// `resource.Quantity`, `meta/v1.Duration`: field 1's string.
+    Text,
+    /// `intstr.IntOrString`: field 3's string when field 1 is 1, else field 2's number.
+    IntOrString,
+    /// `runtime.RawExtension`, `meta/v1.FieldsV1`, apiextensions' `JSON`: field 1's bytes are JSON.
+    RawJson,
+}
+
+/// One field as Go writes it.
+pub(crate) struct FieldSpec {
+    /// `"name":`, ready to copy.
+    pub(crate) key: Box<[u8]>,
+    pub(crate) rules: Rules,
+    pub(crate) shape: Shape,
+    pub(crate) kind: Kind,
+}
+
+/// The Go encoder's rules for a field (from its struct tag and type).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Rules {
+    /// An embedded struct: its fields are written into the enclosing object.
+    pub(crate) inline: bool,
+    pub(crate) omitempty: bool,
+    pub(crate) omitzero: bool,
+    /// A pointer, slice or map: `null` when unset (a nil pointer is never empty for omitempty).
+    pub(crate) pointer: bool,
+    pub(crate) nullable: bool,
+    /// A struct value, which omitempty never leaves out.
+    pub(crate) struct_value: bool,
+}
+
+impl Rules {
+    /// Whether an empty value (`false`, `0`, `""`, `[]`, `{}`, `null`) is left out.
+    pub(crate) fn omits_empty(self) -> bool {
+        (self.omitempty && !self.struct_value && !self.pointer) || (self.omitzero && !self.pointer)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Single,
+    List,
+    /// A map; its entries' key and value kinds.
+    Map(Kind, Kind),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Bool,
+    Int32,
+    Int64,
+    Uint32,
+    Uint64,
+    Sint32,
+    Sint64,
+    Fixed32,
+    Fixed64,
+    Sfixed32,
+    Sfixed64,
+    Float,
+    Double,
+    String,
+    Bytes,
+    Message(MessageId),
+}
+
+/// One row of the JSON field table: field number, JSON name (empty for an embedded struct),
+/// flags (`i` inline, `o` omitempty, `z` omitzero, `p` pointer, `s` slice, `m` map, `v` struct
+/// value).
+#[derive(serde::Deserialize)]
+struct JsonField(u32, String, String);
+
+impl Schema {
+    fn load() -> Result<Self, String> {
+        let pool =
+            DescriptorPool::decode(gunzip(DESCRIPTORS, "the protobuf descriptors")?.as_slice())
+                .map_err(|e| format!("loading the protobuf descriptors: {e}"))?;
+        let table: HashMap<String, Vec<JsonField>> =
+            serde_json::from_slice(&gunzip(JSON_FIELDS, "the JSON field table")?)
+                .map_err(|e| format!("loading the JSON field table: {e}"))?;
+        Ok(Self::build(&pool, &table))
+    }
+
+    fn build(pool: &DescriptorPool, table: &HashMap<String, Vec<JsonField>>) -> Self {
+        let descriptors: Vec<MessageDescriptor> = pool.all_messages().collect();
+        let ids: HashMap<String, MessageId> = descriptors
+            .iter()
+            .enumerate()
+            .map(|(id, m)| (m.full_name().to_owned(), id as MessageId))
+            .collect();
+        let kind = |field: &FieldDescriptor| kind_of(&field.kind(), &ids);
+        let messages = descriptors
+            .iter()
+            .map(|message| {
+                let name = message.full_name();
+                let mut fields = Vec::new();
+                let mut numbers = Vec::new();
+                let mut add = |field: FieldDescriptor, json_name: &str, rules: Rules| {
+                    let shape = if field.is_map() {
+                        let entry = field.kind();
+                        let entry = entry.as_message().expect("a map field's kind is its entry");
+                        Shape::Map(
+                            kind(&entry.map_entry_key_field()),
+                            kind(&entry.map_entry_value_field()),
+                        )
+                    } else if field.is_list() {
+                        Shape::List
+                    } else {
+                        Shape::Single
+                    };
+                    fields.push(FieldSpec {
+                        key: format!("{}:", serde_json::Value::from(json_name))
+                            .into_bytes()
+                            .into(),
+                        rules,
+                        shape,
+                        kind: kind(&field),
+                    });
+                    numbers.push(field.number());
+                };
+                match table.get(name) {
+                    // An API type: its fields in the Go struct's order, by their JSON names.
+                    Some(rows) => {
+                        for JsonField(number, json_name, flags) in rows {
+                            let Some(field) = message.get_field(*number) else {
+                                continue;
+                            };
+                            if json_name == "-" {
+                                continue;
+                            }
+                            let has = |flag| flags.contains(flag);
+                            let rules = Rules {
+                                inline: has('i'),
+                                omitempty: has('o'),
+                                omitzero: has('z'),
+                                pointer: has('p'),
+                                nullable: has('p') || has('s') || has('m'),
+                                struct_value: has('v'),
+                            };
+                            add(field, json_name, rules);
+                        }
+                    }
+                    // Not a Go API type (the envelope, map entries): every field that is set, by
+                    // its proto name.
+                    None => {
+                        for field in message.fields() {
+                            let json_name = field.name().to_owned();
+                            add(
+                                field,
+                                &json_name,
+                                Rules {
+                                    omitempty: true,
+                                    ..Rules::default()
+                                },
+                            );
+                        }
+                    }
+                }
+                let mut slots = vec![NO_SLOT; numbers.iter().max().map_or(0, |n| *n as usize + 1)];
+                for (slot, number) in numbers.iter().enumerate() {
+                    slots[*number as usize] = slot as u16;
+                }
+                Message {
+                    name: name.to_owned(),
+                    special: special(name),
+                    fields,
+                    slots,
+                }
+            })
+            .collect();
+        let mut by_type = HashMap::new();
+        for (id, message) in descriptors.iter().enumerate() {
+            if !table.contains_key(message.full_name()) {
+                continue;
+            }
+            let package: Vec<&str> = message.package_name().rsplitn(3, '.').collect();
+            if let [version, group, ..] = package[..] {
+                by_type
+                    .entry(format!("{group}/{version}/{}", message.name()))
+                    .or_insert(id as MessageId);
+            }
+        }
+        Self {
+            messages,
+            by_type,
+            unknown: ids["k8s.io.apimachinery.pkg.runtime.Unknown"],
+        }
+    }
+
+    /// The message for `apiVersion`/`kind`: package `….{group's first label}.{version}` (`core`
+    /// for the core group), or `meta/v1`'s (`Status`, `DeleteOptions`, `PartialObjectMetadata`).
+    pub(crate) fn message_for(&self, api_version: &str, kind: &str) -> Option<MessageId> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let short = match group {
+            "" => "core",
+            group => group.split('.').next().unwrap_or(group),
+        };
+        self.by_type
+            .get(&format!("{short}/{version}/{kind}"))
+            .or_else(|| self.by_type.get(&format!("meta/v1/{kind}")))
+            .copied()
+    }
+}
+
+fn special(name: &str) -> Option<Special> {
+    Some(match name {
+        "k8s.io.apimachinery.pkg.apis.meta.v1.Time" => Special::Time,
+        "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime" => Special::MicroTime,
+        "k8s.io.apimachinery.pkg.api.resource.Quantity"
+        | "k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => Special::Text,
+        "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => Special::IntOrString,
+        // The raw JSON is field 1 of each (`raw`, but `Raw` in FieldsV1).
+        "k8s.io.apimachinery.pkg.runtime.RawExtension"
+        | "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1"
+        | "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON"
+        | "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1beta1.JSON" => Special::RawJson,
+        _ => return None,
+    })
+}
+
+fn kind_of(kind: &ProtoKind, ids: &HashMap<String, MessageId>) -> Kind {
+    match kind {
+        ProtoKind::Double => Kind::Double,
+        ProtoKind::Float => Kind::Float,
+        ProtoKind::Int32 | ProtoKind::Enum(_) => Kind::Int32,
+        ProtoKind::Int64 => Kind::Int64,
+        ProtoKind::Uint32 => Kind::Uint32,
+        ProtoKind::Uint64 => Kind::Uint64,
+        ProtoKind::Sint32 => Kind::Sint32,
+        ProtoKind::Sint64 => Kind::Sint64,
+        ProtoKind::Fixed32 => Kind::Fixed32,
+        ProtoKind::Fixed64 => Kind::Fixed64,
+        ProtoKind::Sfixed32 => Kind::Sfixed32,
+        ProtoKind::Sfixed64 => Kind::Sfixed64,
+        ProtoKind::Bool => Kind::Bool,
+        ProtoKind::String => Kind::String,
+        ProtoKind::Bytes => Kind::Bytes,
+        ProtoKind::Message(message) => Kind::Message(ids[message.full_name()]),
+    }
+}
+
+fn gunzip(bytes: &[u8], what: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("unpacking {what}: {e}"))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The descriptors, for tests that encode messages.
+    pub(crate) fn pool() -> DescriptorPool {
+        DescriptorPool::decode(gunzip(DESCRIPTORS, "descriptors").unwrap().as_slice()).unwrap()
+    }
+
+    #[test]
+    fn groups_map_to_their_proto_packages() {
+        let schema = get().unwrap();
+        let name = |v: &str, k: &str| {
+            schema
+                .message_for(v, k)
+                .map(|id| schema.messages[id as usize].name.as_str())
+        };
+        assert_eq!(
+            name("apps/v1", "Deployment"),
+            Some("k8s.io.api.apps.v1.Deployment")
+        );
+        assert_eq!(name("v1", "PodList"), Some("k8s.io.api.core.v1.PodList"));
+        assert_eq!(
+            name("rbac.authorization.k8s.io/v1", "Role"),
+            Some("k8s.io.api.rbac.v1.Role")
+        );
+        assert_eq!(
+            name("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+            Some("k8s.io.api.authorization.v1.SelfSubjectAccessReview")
+        );
+        assert_eq!(
+            name("apiextensions.k8s.io/v1", "CustomResourceDefinitionList"),
+            Some(
+                "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionList"
+            )
+        );
+        assert_eq!(
+            name("v1", "Status"),
+            Some("k8s.io.apimachinery.pkg.apis.meta.v1.Status")
+        );
+        assert_eq!(
+            name("v1", "DeleteOptions"),
+            Some("k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions")
+        );
+        assert_eq!(name("example.com/v1", "Widget"), None);
+    }
+}
