@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use serde::Serialize;
 
 use crate::dispatch::{StatusReport, TimedError, rfc3339};
-use crate::informer::{InformerKey, InformerStatus, ListStrategy};
+use crate::informer::{InformerKey, InformerStatus, ListEncoding, ListStrategy};
 use crate::runtime::Runtime;
 
 /// What `/status` (and `wasmformer status --json`) answers. Every key is camelCase; the README's
@@ -73,6 +73,9 @@ pub struct InformerReport {
     /// How the initial content is fetched: `list` or `streaming` (`null` before the first
     /// watch).
     pub list_strategy: Option<ListStrategy>,
+    /// How the last LIST page came: `protobuf` or `json` (`null` before the first page; see
+    /// `host.listEncoding`).
+    pub list_encoding: Option<ListEncoding>,
 }
 
 impl InformerReport {
@@ -98,6 +101,7 @@ impl InformerReport {
             undecodable: status.undecodable,
             last_error: status.last_error.map(|e| TimedError::new(e.at, e.message)),
             list_strategy: status.list_strategy,
+            list_encoding: status.list_encoding,
         }
     }
 }

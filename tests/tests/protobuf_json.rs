@@ -1,11 +1,22 @@
 //! `wasmformer-protobuf` writes a protobuf body as the JSON the real API server writes for the
-//! same object: the dev cluster decodes kubectl's protobuf request bodies with it. Objects are created on the harness's
+//! same object: the informer reads LIST pages in protobuf through it, and the dev cluster
+//! decodes kubectl's protobuf request bodies with it. Objects are created on the harness's
 //! kube-apiserver and read back in both encodings, one by one and as LIST pages; the transcoded
 //! protobuf must equal the server's JSON: embedded structs inline (a volume's source, a probe's
 //! handler, an Ingress rule's value), empty fields left out or kept as the Go types say, unset
 //! times `null`, a list's `resourceVersion` and `continue` token.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::discovery::ApiResource;
 use serde_json::{Value, json};
+use wasmformer::informer::{
+    InformerFactory, InformerKey, ListEncoding, StoreOptions, WatchSettings,
+};
 use wasmformer_tests::apiserver::KubeApiserver;
 
 async fn call(client: &kube::Client, request: http::Request<Vec<u8>>) -> Vec<u8> {
@@ -264,4 +275,82 @@ async fn an_error_status_in_protobuf_decodes_to_the_json_one() {
     let served: Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(served["reason"], "NotFound", "{served}");
     assert_eq!(transcoded(&path, &protobuf), served);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_lists_in_protobuf_and_caches_what_a_json_list_caches() {
+    let server = KubeApiserver::shared();
+    let client = server.admin().await;
+    let ns = server.namespace("protobuf-list").await;
+    create_objects(&client, &ns).await;
+    for i in 0..5 {
+        let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("page-{i}")}, "data": {"i": i.to_string()}});
+        create(
+            &client,
+            &format!("/api/v1/namespaces/{ns}/configmaps"),
+            &configmap,
+        )
+        .await;
+    }
+    let keys: Vec<InformerKey> = [
+        ApiResource::erase::<Pod>(&()),
+        ApiResource::erase::<ConfigMap>(&()),
+        ApiResource::erase::<Secret>(&()),
+        ApiResource::erase::<Service>(&()),
+        ApiResource::erase::<Deployment>(&()),
+        ApiResource::erase::<Ingress>(&()),
+    ]
+    .into_iter()
+    .map(|resource| InformerKey::new(resource, true).namespace(&ns))
+    .collect();
+
+    // Each informer's cached objects (by name) and how its last LIST page came; pages of 2, so
+    // that lists go on with a continue token.
+    let read = |list_encoding| {
+        let client = client.clone();
+        let keys = keys.clone();
+        async move {
+            let settings = WatchSettings {
+                page_size: 2,
+                list_encoding,
+                ..WatchSettings::default()
+            };
+            let factory = InformerFactory::new(client, settings);
+            let mut read = Vec::new();
+            for key in keys {
+                let informer = factory.informer(key, &StoreOptions::default()).unwrap();
+                tokio::time::timeout(Duration::from_secs(60), informer.wait_synced())
+                    .await
+                    .expect("synced");
+                let objects: BTreeMap<String, Value> = informer
+                    .store()
+                    .snapshot()
+                    .iter()
+                    .map(|object| {
+                        let body = serde_json::from_str(object.body()).unwrap();
+                        (object.name().to_owned(), body)
+                    })
+                    .collect();
+                read.push((informer.status().list_encoding, objects));
+            }
+            read
+        }
+    };
+    let protobuf = read(ListEncoding::Protobuf).await;
+    let json = read(ListEncoding::Json).await;
+    let mut report = Vec::new();
+    for ((key, (encoding, ours)), (json_encoding, theirs)) in keys.iter().zip(protobuf).zip(json) {
+        let kind = &key.resource.kind;
+        assert_eq!(encoding, Some(ListEncoding::Protobuf), "{kind}");
+        assert_eq!(json_encoding, Some(ListEncoding::Json), "{kind}");
+        assert!(!theirs.is_empty(), "{kind}: nothing listed");
+        let (ours, theirs) = (json!(ours), json!(theirs));
+        differences(kind, &theirs, &ours, &mut report);
+    }
+    assert!(
+        report.is_empty(),
+        "the protobuf list cached other objects than the JSON list:\n{}",
+        report.join("\n")
+    );
 }

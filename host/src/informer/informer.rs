@@ -29,8 +29,8 @@ use super::guard::StreamHealth;
 use super::reflector::{Event, EventSink, Reflector};
 use super::retry::{Reachability, RetryPolicy, Wait};
 use super::watch::{
-    ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListStrategy, METADATA_API_VERSION,
-    METADATA_KIND, WatchError,
+    ApiSource, DEFAULT_MAX_OBJECT_BYTES, EventStream, ListEncoding, ListStrategy,
+    METADATA_API_VERSION, METADATA_KIND, WatchError,
 };
 use super::{Error, InformerKey, Result, StoreOptions};
 use crate::cache::{CachedObject, Store, WireObject};
@@ -70,6 +70,8 @@ pub struct InformerStatus {
     pub last_error: Option<LastError>,
     /// How the initial content is fetched, once the watch has started (`List` or `Streaming`).
     pub list_strategy: Option<ListStrategy>,
+    /// How the last LIST page came (`host.listEncoding`); `None` before the first.
+    pub list_encoding: Option<ListEncoding>,
     /// Lists started, the first included.
     pub lists: u64,
     /// Of the relists, those after the watch expired (`410 Gone`); the rest followed another
@@ -418,6 +420,7 @@ impl Informer {
             subscribers: fanout.sinks.len(),
             rejected: fanout.status.rejected + health.too_large.load(Ordering::Relaxed),
             undecodable: health.undecodable.load(Ordering::Relaxed),
+            list_encoding: health.list_encoding(),
             last_error,
             ..fanout.status.clone()
         }

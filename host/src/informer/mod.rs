@@ -35,7 +35,7 @@ pub use factory::InformerFactory;
 pub use informer::{EventCounts, Informer, InformerStatus, LastError, Lister, Subscription};
 pub use reflector::{Event, EventSink};
 pub use spec::{InformerKey, StoreOptions};
-pub use watch::{DEFAULT_MAX_OBJECT_BYTES, ListStrategy, WatchError, WatchSettings};
+pub use watch::{DEFAULT_MAX_OBJECT_BYTES, ListEncoding, ListStrategy, WatchError, WatchSettings};
 
 /// Why an informer cannot be created or shared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -56,6 +56,19 @@ pub enum ListStrategy {
     Streaming,
 }
 
+/// How LIST pages are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListEncoding {
+    /// In protobuf for the Kubernetes API's own kinds (the default, as the Kubernetes controllers
+    /// read them), turned into the same JSON in the host; in JSON for custom resources and
+    /// metadata-only informers, which the server serves only as JSON.
+    #[default]
+    Protobuf,
+    /// In JSON.
+    Json,
+}
+
 /// Watch parameters shared by every informer of a factory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchSettings {
@@ -63,6 +76,8 @@ pub struct WatchSettings {
     pub page_size: u32,
     /// How the initial content is fetched.
     pub list_strategy: ListStrategy,
+    /// How LIST pages are read (`host.listEncoding`).
+    pub list_encoding: ListEncoding,
     /// Server-side timeout of each WATCH request, in seconds (kube's default is 290).
     pub watch_timeout_secs: Option<u32>,
     /// How long a streaming list may take to deliver its initial events before the informer
@@ -81,6 +96,7 @@ impl Default for WatchSettings {
         Self {
             page_size: 500,
             list_strategy: ListStrategy::List,
+            list_encoding: ListEncoding::Protobuf,
             watch_timeout_secs: None,
             initial_events_timeout: Duration::from_secs(60),
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
@@ -477,7 +493,13 @@ impl ApiSource {
         reachability: Arc<Reachability>,
     ) -> Self {
         let health = Arc::new(StreamHealth::default());
-        let client = guarded_client(client, settings.max_object_bytes, health.clone());
+        let protobuf = settings.list_encoding == ListEncoding::Protobuf
+            && !key.metadata_only
+            && wasmformer_protobuf::knows(
+                &key.resource.api_version,
+                &format!("{}List", key.resource.kind),
+            );
+        let client = guarded_client(client, settings.max_object_bytes, protobuf, health.clone());
         Self {
             client,
             health,

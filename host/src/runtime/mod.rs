@@ -157,6 +157,7 @@ impl Runtime {
     ) -> Arc<Self> {
         let plugins = config.plugins.clone();
         options.watch.max_object_bytes = config.host.max_object_bytes;
+        options.watch.list_encoding = config.host.list_encoding;
         let (reloads, requests) = tokio::sync::mpsc::unbounded_channel();
         let mut metrics = Metrics::new();
         let client = metrics.instrument_client(client);
