@@ -34,8 +34,9 @@
 //!    to synced and CPU per Pod, against one `serde_json` parse of the Pod (issue 17, item 1).
 //!
 //! `cargo bench -p wasmformer-tests --bench informer [-- --pods 10000,100000 --concurrency 16
-//! --namespaces 4 --create-budget 600 --settle 5 --list-rounds 3 --list-baseline PATH --logs DIR]` (`--logs`: keep each host's log;
-//! `--list-baseline`: another `wasmformer` build in the side-by-side rounds too). Needs `target/release/wasmformer`
+//! --namespaces 4 --create-budget 600 --settle 5 --list-rounds 3 --list-baseline PATH|--list-json --logs DIR]` (`--logs`: keep each host's log;
+//! `--list-baseline`: another `wasmformer` build in the side-by-side rounds too; `--list-json`:
+//! this build with `host.listEncoding: json` as that baseline). Needs `target/release/wasmformer`
 //! (`cargo build --release -p wasmformer`). When creating up to a count would take longer than
 //! `--create-budget` seconds at the rate measured so far, that count is lowered to 50 000 and the
 //! report says so.
@@ -89,8 +90,8 @@ struct Options {
     outage: Duration,
     /// `--list-rounds R`: rounds of the side-by-side initial list at the last count.
     list_rounds: usize,
-    /// `--list-baseline PATH`: another `wasmformer` build in the side-by-side rounds too.
-    list_baseline: Option<PathBuf>,
+    /// `--list-baseline PATH` or `--list-json`: a third client in the side-by-side rounds.
+    list_baseline: Option<Baseline>,
 }
 
 impl Options {
@@ -125,7 +126,10 @@ impl Options {
                 "--recovery" => options.recovery = Some(value()?.parse()?),
                 "--outage" => options.outage = Duration::from_secs(value()?.parse()?),
                 "--list-rounds" => options.list_rounds = value()?.parse()?,
-                "--list-baseline" => options.list_baseline = Some(PathBuf::from(value()?)),
+                "--list-baseline" => {
+                    options.list_baseline = Some(Baseline::Build(PathBuf::from(value()?)))
+                }
+                "--list-json" => options.list_baseline = Some(Baseline::JsonList),
                 "--bench" => {}
                 other => bail!("unknown argument {other:?}"),
             }
@@ -378,6 +382,15 @@ struct MemRow {
     go_heap: u64,
     relist: Option<Relist>,
     strategy: String,
+}
+
+/// The third client of the side-by-side initial list.
+#[derive(Clone)]
+enum Baseline {
+    /// Another `wasmformer` build (`--list-baseline PATH`).
+    Build(PathBuf),
+    /// This build reading LIST pages as JSON (`--list-json`).
+    JsonList,
 }
 
 /// A client in the side-by-side initial list.
@@ -709,11 +722,17 @@ impl Bench {
     fn list_rounds(&self, rounds: usize) -> Result<Vec<ListRound>> {
         let pods = self.created;
         let timeout = Duration::from_secs(1800);
-        let host = |binary: Option<&Path>| -> Result<(Duration, Duration)> {
+        let host = |baseline: Option<&Baseline>| -> Result<(Duration, Duration)> {
             let (work, kubeconfig) = (self.work.path(), &self.gated_kubeconfig);
-            let setup = HostSetup::one_plugin(guests::BENCH_EMPTY);
-            let mut host = match binary {
-                Some(binary) => HostProcess::start_binary(binary, work, kubeconfig, setup)?,
+            let mut setup = HostSetup::one_plugin(guests::BENCH_EMPTY);
+            let mut host = match baseline {
+                Some(Baseline::Build(binary)) => {
+                    HostProcess::start_binary(binary, work, kubeconfig, setup)?
+                }
+                Some(Baseline::JsonList) => {
+                    setup.host = "  listEncoding: json\n".to_owned();
+                    HostProcess::start(work, kubeconfig, setup)?
+                }
                 None => HostProcess::start(work, kubeconfig, setup)?,
             };
             let took = host.wait_ready(timeout)?;
@@ -724,7 +743,7 @@ impl Bench {
             let took = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
             Ok((took, cpu_time(go.pid())?))
         };
-        let baseline = self.options.list_baseline.as_deref();
+        let baseline = self.options.list_baseline.as_ref();
         let mut order = vec![Lister::Wasmformer, Lister::ClientGo];
         if baseline.is_some() {
             order.insert(1, Lister::Baseline);
@@ -1332,10 +1351,15 @@ fn print_report(
     let baseline = bench.options.list_baseline.as_ref();
     println!(
         "Each round starts `wasmformer run` (one `bench-empty` plugin){} and the client-go informer afresh against every Pod, one after the other, the one that goes first rotating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs.\n",
-        baseline.map_or(String::new(), |b| format!(
-            ", the baseline build `{}` (the same plugin)",
-            b.display()
-        )),
+        baseline.map_or(String::new(), |b| match b {
+            Baseline::Build(path) => format!(
+                ", the baseline build `{}` (the same plugin)",
+                path.display()
+            ),
+            Baseline::JsonList =>
+                ", the baseline (the same build and plugin with `host.listEncoding: json`)"
+                    .to_owned(),
+        }),
         lists.parse.as_secs_f64() * 1e6
     );
     let per_pod = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pods as f64;
