@@ -5,9 +5,9 @@
 // these; wasmformer-protobuf needs them to write a protobuf body as the JSON the server writes.
 // Run by generate.sh inside the harness's Go module (tests/kube-apiserver).
 //
-// Output: one JSON object, message full name → [[field number, JSON name, flags], …] in the Go
-// struct's field order; flags: i inline, o omitempty, z omitzero, p pointer, s slice, m map,
-// v struct value.
+// Output: {"messages": {message full name → [[field number, JSON name, flags], …] in the Go
+// struct's field order}, "customJSON": [full names of the types that write their own JSON]};
+// flags: i inline, o omitempty, z omitzero, p pointer, s slice, m map, v struct value.
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -25,16 +26,32 @@ import (
 
 type field = [3]any
 
+var marshaler = reflect.TypeOf((*json.Marshaler)(nil)).Elem()
+
+// fullName is the protobuf message name of a Go type: its package path, dotted, and its name.
+func fullName(t reflect.Type) string {
+	return strings.NewReplacer("/", ".", "-", "_").Replace(t.PkgPath()) + "." + t.Name()
+}
+
 func main() {
 	messages := map[string][]field{}
+	custom := map[string]bool{}
 	seen := map[reflect.Type]bool{}
 	var visit func(t reflect.Type)
 	visit = func(t reflect.Type) {
+		note := func(t reflect.Type) {
+			if t.Name() != "" && strings.HasPrefix(t.PkgPath(), "k8s.io/") &&
+				(t.Implements(marshaler) || reflect.PointerTo(t).Implements(marshaler)) {
+				custom[fullName(t)] = true
+			}
+		}
+		note(t)
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
 			if t.Kind() == reflect.Map {
 				visit(t.Key())
 			}
 			t = t.Elem()
+			note(t)
 		}
 		if t.Kind() != reflect.Struct || seen[t] || !strings.HasPrefix(t.PkgPath(), "k8s.io/") {
 			return
@@ -86,8 +103,7 @@ func main() {
 			fields = append(fields, field{number, name, flags})
 		}
 		if len(fields) > 0 {
-			pkg := strings.NewReplacer("/", ".", "-", "_").Replace(t.PkgPath())
-			messages[pkg+"."+t.Name()] = fields
+			messages[fullName(t)] = fields
 		}
 	}
 	for _, t := range scheme.Scheme.AllKnownTypes() {
@@ -99,7 +115,12 @@ func main() {
 	} {
 		visit(reflect.TypeOf(object))
 	}
-	out, err := json.Marshal(messages)
+	names := []string{}
+	for name := range custom {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out, err := json.Marshal(map[string]any{"messages": messages, "customJSON": names})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

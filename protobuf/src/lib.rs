@@ -31,10 +31,16 @@ pub fn is_protobuf(content_type: &str) -> bool {
     content_type.split(';').next().map(str::trim) == Some(MEDIA_TYPE)
 }
 
-/// Whether objects of this `apiVersion` and `kind` can be turned into JSON (the Kubernetes API's
-/// own types; custom resources are served as JSON only).
+/// Whether objects of this `apiVersion` and `kind` are turned into exactly the JSON the API server
+/// writes: the Kubernetes API's own types, but not those that hold a type with a JSON form not
+/// handled here (a CustomResourceDefinition's schema), nor custom resources, which the API server
+/// serves only as JSON. [`to_json`] takes the others too, as well as it can.
 pub fn knows(api_version: &str, kind: &str) -> bool {
-    schema::get().is_ok_and(|schema| schema.message_for(api_version, kind).is_some())
+    schema::get().is_ok_and(|schema| {
+        schema
+            .message_for(api_version, kind)
+            .is_some_and(|id| schema.messages[id as usize].exact)
+    })
 }
 
 /// A protobuf body could not be turned into JSON.

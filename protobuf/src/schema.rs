@@ -2,7 +2,7 @@
 //! order Go writes them, each with its JSON key, its wire kind and the Go encoder's rules for it.
 //! Built once, on first use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::LazyLock;
 
@@ -42,6 +42,10 @@ pub(crate) struct Message {
     pub(crate) fields: Vec<FieldSpec>,
     /// Field number → index in `fields`, [`NO_SLOT`] for a field JSON does not write.
     pub(crate) slots: Vec<u16>,
+    /// Whether this message and every one it holds are written as the API server writes them:
+    /// not so when one is not an API type (a wrapper of a Go slice, like `ExtraValue`) or writes
+    /// its own JSON in a way not handled here (apiextensions' `JSONSchemaPropsOrBool`).
+    pub(crate) exact: bool,
 }
 
 pub(crate) const NO_SLOT: u16 = u16::MAX;
@@ -125,6 +129,14 @@ pub(crate) enum Kind {
     Message(MessageId),
 }
 
+/// `json-fields.json.gz`: how Go writes each API type, and which types write their own JSON.
+#[derive(serde::Deserialize)]
+struct JsonTable {
+    messages: HashMap<String, Vec<JsonField>>,
+    #[serde(rename = "customJSON")]
+    custom_json: HashSet<String>,
+}
+
 /// One row of the JSON field table: field number, JSON name (empty for an embedded struct),
 /// flags (`i` inline, `o` omitempty, `z` omitzero, `p` pointer, `s` slice, `m` map, `v` struct
 /// value).
@@ -136,13 +148,14 @@ impl Schema {
         let pool =
             DescriptorPool::decode(gunzip(DESCRIPTORS, "the protobuf descriptors")?.as_slice())
                 .map_err(|e| format!("loading the protobuf descriptors: {e}"))?;
-        let table: HashMap<String, Vec<JsonField>> =
+        let table: JsonTable =
             serde_json::from_slice(&gunzip(JSON_FIELDS, "the JSON field table")?)
                 .map_err(|e| format!("loading the JSON field table: {e}"))?;
         Ok(Self::build(&pool, &table))
     }
 
-    fn build(pool: &DescriptorPool, table: &HashMap<String, Vec<JsonField>>) -> Self {
+    fn build(pool: &DescriptorPool, json: &JsonTable) -> Self {
+        let table = &json.messages;
         let descriptors: Vec<MessageDescriptor> = pool.all_messages().collect();
         let ids: HashMap<String, MessageId> = descriptors
             .iter()
@@ -150,7 +163,7 @@ impl Schema {
             .map(|(id, m)| (m.full_name().to_owned(), id as MessageId))
             .collect();
         let kind = |field: &FieldDescriptor| kind_of(&field.kind(), &ids);
-        let messages = descriptors
+        let mut messages: Vec<Message> = descriptors
             .iter()
             .map(|message| {
                 let name = message.full_name();
@@ -221,14 +234,21 @@ impl Schema {
                 for (slot, number) in numbers.iter().enumerate() {
                     slots[*number as usize] = slot as u16;
                 }
+                // Written exactly as Go writes it, as far as this message goes (what it holds is
+                // checked by `mark_inexact`): an API type without JSON of its own, or one of
+                // those handled here.
+                let exact = special(name).is_some()
+                    || (table.contains_key(name) && !json.custom_json.contains(name));
                 Message {
                     name: name.to_owned(),
                     special: special(name),
                     fields,
                     slots,
+                    exact,
                 }
             })
             .collect();
+        mark_inexact(&mut messages);
         let mut by_type = HashMap::new();
         for (id, message) in descriptors.iter().enumerate() {
             if !table.contains_key(message.full_name()) {
@@ -254,12 +274,50 @@ impl Schema {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let short = match group {
             "" => "core",
-            group => group.split('.').next().unwrap_or(group),
+            // The Kubernetes groups: `apps`, `batch`, …, and `*.k8s.io`; never a custom group.
+            group if !group.contains('.') || group.ends_with(".k8s.io") => {
+                group.split('.').next().unwrap_or(group)
+            }
+            _ => return None,
         };
         self.by_type
             .get(&format!("{short}/{version}/{kind}"))
             .or_else(|| self.by_type.get(&format!("meta/v1/{kind}")))
             .copied()
+    }
+}
+
+/// Marks every message that holds an inexact one as inexact too (to a fixed point: the types
+/// nest in cycles, `JSONSchemaProps` in itself).
+fn mark_inexact(messages: &mut [Message]) {
+    let holds = |message: &Message, exact: &[bool]| {
+        message.special.is_some()
+            || message.fields.iter().all(|field| {
+                let kinds = match field.shape {
+                    Shape::Map(key, value) => [key, value],
+                    _ => [field.kind, field.kind],
+                };
+                kinds.iter().all(|kind| match kind {
+                    Kind::Message(id) => exact[*id as usize],
+                    _ => true,
+                })
+            })
+    };
+    let mut exact: Vec<bool> = messages.iter().map(|m| m.exact).collect();
+    loop {
+        let mut changed = false;
+        for (id, message) in messages.iter().enumerate() {
+            if exact[id] && !holds(message, &exact) {
+                exact[id] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for (message, exact) in messages.iter_mut().zip(exact) {
+        message.exact = exact;
     }
 }
 
@@ -353,5 +411,26 @@ pub(crate) mod tests {
             Some("k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions")
         );
         assert_eq!(name("example.com/v1", "Widget"), None);
+        assert_eq!(
+            name("apps.example.com/v1", "Deployment"),
+            None,
+            "a custom group"
+        );
+    }
+
+    #[test]
+    fn kinds_holding_a_type_with_json_of_its_own_are_not_exact() {
+        assert!(crate::knows("v1", "PodList"));
+        assert!(crate::knows("apps/v1", "DeploymentList"));
+        // JSONSchemaPropsOrBool writes a bool or a schema; UserInfo's ExtraValue is a Go slice.
+        assert!(!crate::knows(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinitionList"
+        ));
+        assert!(!crate::knows(
+            "certificates.k8s.io/v1",
+            "CertificateSigningRequestList"
+        ));
+        assert!(!crate::knows("example.com/v1", "WidgetList"));
     }
 }

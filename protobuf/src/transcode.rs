@@ -242,16 +242,15 @@ impl<'a> Writer<'a> {
             };
             return self.fields(inner, bytes, first);
         }
+        if start == end && (rules.omitempty || rules.omitzero) {
+            return Ok(());
+        }
         let mark = self.out.len();
         if !*first {
             self.out.push(b',');
         }
         self.out.extend_from_slice(&spec.key);
         let value_at = self.out.len();
-        if start == end && (rules.omitempty || rules.omitzero) {
-            self.out.truncate(mark);
-            return Ok(());
-        }
         match spec.shape {
             _ if start == end && rules.nullable => self.out.extend_from_slice(b"null"),
             Shape::Single if start == end => self.zero(spec.kind)?,
