@@ -4,12 +4,14 @@
 //! sees JSON.
 
 use serde_json::Value;
+use wasmformer_protobuf::ManagedFields;
 pub use wasmformer_protobuf::{MEDIA_TYPE, is_protobuf};
 
 /// Decodes a `k8s\0` + `runtime.Unknown` body into the object's JSON (with `apiVersion` and
 /// `kind` from the envelope); the error is a sentence for a `Status` message.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
-    let json = wasmformer_protobuf::to_json(body).map_err(|e| e.to_string())?;
+    let json =
+        wasmformer_protobuf::to_json(body, ManagedFields::Keep).map_err(|e| e.to_string())?;
     serde_json::from_slice(&json)
         .map_err(|e| format!("the protobuf body's embedded JSON is not valid: {e}"))
 }

@@ -23,6 +23,17 @@ mod transcode;
 
 pub use transcode::to_json;
 
+/// Whether [`to_json`] writes an object's `metadata.managedFields` (often half its JSON): a
+/// reader that drops them anyway (the informer's cache, by default) saves writing and parsing
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManagedFields {
+    /// Written, as the API server writes them.
+    Keep,
+    /// Left out.
+    Drop,
+}
+
 /// The protobuf media type of the Kubernetes API.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 

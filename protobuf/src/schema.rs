@@ -30,6 +30,8 @@ pub(crate) struct Schema {
     by_type: HashMap<String, MessageId>,
     /// `runtime.Unknown`, the envelope of every body.
     pub(crate) unknown: MessageId,
+    /// `ObjectMeta` and the slot of its `managedFields`.
+    pub(crate) managed_fields: (MessageId, u16),
 }
 
 /// One message type.
@@ -261,10 +263,13 @@ impl Schema {
                     .or_insert(id as MessageId);
             }
         }
+        let object_meta = ids["k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
+        let managed_fields = messages[object_meta as usize].slot(17);
         Self {
             messages,
             by_type,
             unknown: ids["k8s.io.apimachinery.pkg.runtime.Unknown"],
+            managed_fields: (object_meta, managed_fields),
         }
     }
 

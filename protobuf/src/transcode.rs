@@ -9,14 +9,15 @@ use std::io::Write;
 
 use base64::Engine;
 
-use crate::Error;
 use crate::schema::{self, FieldSpec, Kind, Message, MessageId, NO_SLOT, Schema, Shape, Special};
+use crate::{Error, ManagedFields};
 
 const MAGIC: &[u8] = b"k8s\0";
 
 /// Turns a `k8s\0` + `runtime.Unknown` body into the JSON text of the object it holds, with
-/// `kind` and `apiVersion` from the envelope, as the API server would have written it.
-pub fn to_json(body: &[u8]) -> Result<Vec<u8>, Error> {
+/// `kind` and `apiVersion` from the envelope, as the API server would have written it (but for
+/// the managed fields, with [`ManagedFields::Drop`]).
+pub fn to_json(body: &[u8], managed_fields: ManagedFields) -> Result<Vec<u8>, Error> {
     let schema = schema::get()?;
     let envelope = body.strip_prefix(MAGIC).ok_or(Error::NoMagic)?;
     let unknown = Unknown::read(envelope, &schema.messages[schema.unknown as usize])?;
@@ -36,6 +37,10 @@ pub fn to_json(body: &[u8]) -> Result<Vec<u8>, Error> {
         schema,
         out: Vec::with_capacity(unknown.raw.len() * 2 + 64),
         entries: Vec::new(),
+        skip: match managed_fields {
+            ManagedFields::Keep => None,
+            ManagedFields::Drop => Some(schema.managed_fields),
+        },
     };
     writer.out.extend_from_slice(b"{\"kind\":");
     writer.string(kind.as_bytes());
@@ -170,6 +175,8 @@ struct Writer<'a> {
     out: Vec<u8>,
     /// The entries of the messages being written, innermost last.
     entries: Vec<Entry<'a>>,
+    /// A field left out: (message, slot).
+    skip: Option<(MessageId, u16)>,
 }
 
 impl<'a> Writer<'a> {
@@ -199,7 +206,7 @@ impl<'a> Writer<'a> {
         let mut reader = Fields::new(bytes, &message.name);
         while let Some((number, value)) = reader.next()? {
             let slot = message.slot(number);
-            if slot == NO_SLOT {
+            if slot == NO_SLOT || self.skip == Some((id, slot)) {
                 continue;
             }
             sorted &=
@@ -587,7 +594,7 @@ mod tests {
         }
 
         fn json(&self, api_version: &str, kind: &str, object: &DynamicMessage) -> Json {
-            let text = to_json(&self.body(api_version, kind, object)).unwrap();
+            let text = to_json(&self.body(api_version, kind, object), ManagedFields::Keep).unwrap();
             serde_json::from_slice(&text).unwrap()
         }
     }
@@ -700,7 +707,9 @@ mod tests {
             unknown.set_field_by_name("raw", Field::Bytes(raw.into()));
             [MAGIC, &unknown.encode_to_vec()].concat()
         };
-        let text = |raw: Vec<u8>| String::from_utf8(to_json(&body(raw)).unwrap()).unwrap();
+        let text = |raw: Vec<u8>| {
+            String::from_utf8(to_json(&body(raw), ManagedFields::Keep).unwrap()).unwrap()
+        };
         let expected = text(ordered.clone());
         assert!(
             expected
@@ -763,16 +772,27 @@ mod tests {
             m.json("v1", "ResourceRequirements", &resources)["limits"],
             json!({"cpu": "100m"})
         );
+        let body = m.body("events.k8s.io/v1", "Event", &event);
+        let dropped: Json =
+            serde_json::from_slice(&to_json(&body, ManagedFields::Drop).unwrap()).unwrap();
+        assert_eq!(
+            dropped["metadata"],
+            json!({"creationTimestamp": "2023-11-14T22:13:20Z"}),
+            "managed fields dropped"
+        );
     }
 
     #[test]
     fn bad_bodies_are_refused_with_the_reason() {
-        assert_eq!(to_json(b"{\"kind\":\"Pod\"}"), Err(Error::NoMagic));
+        assert_eq!(
+            to_json(b"{\"kind\":\"Pod\"}", ManagedFields::Keep),
+            Err(Error::NoMagic)
+        );
         let m = messages();
         let pod = m.message("k8s.io.api.core.v1.Pod");
         let body = m.body("example.com/v1", "Widget", &pod);
         assert_eq!(
-            to_json(&body),
+            to_json(&body, ManagedFields::Keep),
             Err(Error::UnknownType {
                 api_version: "example.com/v1".into(),
                 kind: "Widget".into()
@@ -785,7 +805,7 @@ mod tests {
         let mut body = m.body("v1", "Pod", &pod);
         body.truncate(body.len() - 1);
         assert_eq!(
-            to_json(&body).unwrap_err().to_string(),
+            to_json(&body, ManagedFields::Keep).unwrap_err().to_string(),
             "decoding the protobuf k8s.io.apimachinery.pkg.runtime.Unknown: a field runs past the end of its message"
         );
     }

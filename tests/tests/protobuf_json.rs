@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use wasmformer::informer::{
     InformerFactory, InformerKey, ListEncoding, StoreOptions, WatchSettings,
 };
+use wasmformer_protobuf::ManagedFields;
 use wasmformer_tests::apiserver::KubeApiserver;
 
 async fn call(client: &kube::Client, request: http::Request<Vec<u8>>) -> Vec<u8> {
@@ -48,7 +49,8 @@ async fn send(
 
 /// The transcoder's JSON for a protobuf body, parsed.
 fn transcoded(what: &str, protobuf: &[u8]) -> Value {
-    let json = wasmformer_protobuf::to_json(protobuf).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let json = wasmformer_protobuf::to_json(protobuf, ManagedFields::Keep)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     serde_json::from_slice(&json)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(&json)))
 }
@@ -307,7 +309,7 @@ async fn an_informer_lists_in_protobuf_and_caches_what_a_json_list_caches() {
 
     // Each informer's cached objects (by name) and how its last LIST page came; pages of 2, so
     // that lists go on with a continue token.
-    let read = |list_encoding| {
+    let read = |list_encoding, options: StoreOptions| {
         let client = client.clone();
         let keys = keys.clone();
         async move {
@@ -319,7 +321,7 @@ async fn an_informer_lists_in_protobuf_and_caches_what_a_json_list_caches() {
             let factory = InformerFactory::new(client, settings);
             let mut read = Vec::new();
             for key in keys {
-                let informer = factory.informer(key, &StoreOptions::default()).unwrap();
+                let informer = factory.informer(key, &options).unwrap();
                 tokio::time::timeout(Duration::from_secs(60), informer.wait_synced())
                     .await
                     .expect("synced");
@@ -337,16 +339,30 @@ async fn an_informer_lists_in_protobuf_and_caches_what_a_json_list_caches() {
             read
         }
     };
-    let protobuf = read(ListEncoding::Protobuf).await;
-    let json = read(ListEncoding::Json).await;
+    // With managed fields stripped (the default; the protobuf page is written without them) and
+    // kept.
     let mut report = Vec::new();
-    for ((key, (encoding, ours)), (json_encoding, theirs)) in keys.iter().zip(protobuf).zip(json) {
-        let kind = &key.resource.kind;
-        assert_eq!(encoding, Some(ListEncoding::Protobuf), "{kind}");
-        assert_eq!(json_encoding, Some(ListEncoding::Json), "{kind}");
-        assert!(!theirs.is_empty(), "{kind}: nothing listed");
-        let (ours, theirs) = (json!(ours), json!(theirs));
-        differences(kind, &theirs, &ours, &mut report);
+    for strip_managed_fields in [true, false] {
+        let options = StoreOptions {
+            strip_managed_fields,
+            ..StoreOptions::default()
+        };
+        let protobuf = read(ListEncoding::Protobuf, options.clone()).await;
+        let json = read(ListEncoding::Json, options).await;
+        let pairs = keys.iter().zip(protobuf).zip(json);
+        for ((key, (encoding, ours)), (json_encoding, theirs)) in pairs {
+            let kind = &key.resource.kind;
+            assert_eq!(encoding, Some(ListEncoding::Protobuf), "{kind}");
+            assert_eq!(json_encoding, Some(ListEncoding::Json), "{kind}");
+            assert!(!theirs.is_empty(), "{kind}: nothing listed");
+            let managed = theirs
+                .values()
+                .all(|o| o["metadata"].get("managedFields").is_some());
+            assert_eq!(managed, !strip_managed_fields, "{kind}");
+            let (ours, theirs) = (json!(ours), json!(theirs));
+            let at = format!("{kind} (managed fields stripped: {strip_managed_fields})");
+            differences(&at, &theirs, &ours, &mut report);
+        }
     }
     assert!(
         report.is_empty(),

@@ -84,6 +84,7 @@ impl InformerFactory {
             self.inner.client.clone(),
             key.clone(),
             self.inner.settings.clone(),
+            options.strip_managed_fields,
             self.inner.streaming.clone(),
             self.inner.reachability.clone(),
         );

@@ -31,6 +31,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use kube::Client;
 use kube::client::Body;
 use serde_json::value::RawValue;
+use wasmformer_protobuf::ManagedFields;
 
 use super::informer::LastError;
 use super::watch::ListEncoding;
@@ -304,11 +305,11 @@ fn guard_body(body: Body, guard: LineGuard) -> AnyBody {
 
 /// `client`, with the body of every WATCH response passed through a [`LineGuard`] that reports
 /// to `health`; with `protobuf`, LIST pages asked for in protobuf and turned into the JSON kube
-/// decodes (see [`read_protobuf`]).
+/// decodes, with or without the objects' managed fields (see [`read_protobuf`]).
 pub(crate) fn guarded_client(
     client: Client,
     max_object_bytes: usize,
-    protobuf: bool,
+    protobuf: Option<ManagedFields>,
     health: Arc<StreamHealth>,
 ) -> Client {
     let namespace = client.default_namespace().to_owned();
@@ -326,7 +327,7 @@ pub(crate) fn guarded_client(
                     response.map(|body| guard_body(body, LineGuard::new(max_object_bytes, health)))
                 );
             }
-            if protobuf {
+            if protobuf.is_some() {
                 read_protobuf(&mut request);
             }
             let response = client.send(request).await?;
@@ -343,7 +344,8 @@ pub(crate) fn guarded_client(
                 });
             }
             if is_protobuf {
-                return protobuf_as_json(response).await;
+                let managed_fields = protobuf.unwrap_or(ManagedFields::Keep);
+                return protobuf_as_json(response, managed_fields).await;
             }
             Ok::<_, kube::Error>(response.map(|body| body.map_err(Into::into).boxed_unsync()))
         }
@@ -368,13 +370,16 @@ fn read_protobuf(request: &mut http::Request<Body>) {
     }
 }
 
-/// A protobuf response (a LIST page, or an error `Status`) as the JSON the server would have sent.
+/// A protobuf response (a LIST page, or an error `Status`) as the JSON the server would have sent
+/// (but for the managed fields, when they are dropped).
 async fn protobuf_as_json(
     response: http::Response<Body>,
+    managed_fields: ManagedFields,
 ) -> Result<http::Response<AnyBody>, kube::Error> {
     let (mut parts, body) = response.into_parts();
     let bytes = body.collect_bytes().await?;
-    let json = wasmformer_protobuf::to_json(&bytes).map_err(|e| kube::Error::Service(e.into()))?;
+    let json = wasmformer_protobuf::to_json(&bytes, managed_fields)
+        .map_err(|e| kube::Error::Service(e.into()))?;
     parts
         .headers
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -402,6 +407,67 @@ mod tests {
     }
 
     const GOOD: &str = r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"}}}"#;
+
+    /// A client whose server answers every request with `body` as protobuf, recording each
+    /// request's `Accept` header.
+    fn protobuf_server(
+        body: &'static [u8],
+        protobuf: Option<ManagedFields>,
+    ) -> (Client, Arc<Mutex<Vec<String>>>) {
+        let accepts = Arc::new(Mutex::new(Vec::new()));
+        let seen = accepts.clone();
+        let service = tower::service_fn(move |request: http::Request<Body>| {
+            let accept = request
+                .headers()
+                .get(ACCEPT)
+                .map(|v| v.to_str().unwrap().to_owned());
+            seen.lock().unwrap().push(accept.unwrap_or_default());
+            async move {
+                http::Response::builder()
+                    .header(CONTENT_TYPE, wasmformer_protobuf::MEDIA_TYPE)
+                    .body(Body::from(body.to_vec()))
+            }
+        });
+        let health = Arc::new(StreamHealth::default());
+        let client = guarded_client(Client::new(service, "default"), 1 << 20, protobuf, health);
+        (client, accepts)
+    }
+
+    #[tokio::test]
+    async fn a_list_asks_for_protobuf_and_a_broken_page_fails_with_the_cause() {
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::{Api, ListParams};
+
+        // The magic, then a runtime.Unknown whose first field claims 100 bytes it does not have.
+        let (client, accepts) = protobuf_server(b"k8s\0\x0a\x64\x0a", Some(ManagedFields::Drop));
+        let error = Api::<Pod>::default_namespaced(client)
+            .list(&ListParams::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "ServiceError: decoding the protobuf k8s.io.apimachinery.pkg.runtime.Unknown: \
+             a field runs past the end of its message"
+        );
+        assert_eq!(
+            *accepts.lock().unwrap(),
+            ["application/vnd.kubernetes.protobuf, application/json"]
+        );
+
+        // A metadata-only list keeps kube's own Accept; an informer without protobuf asks for
+        // nothing else.
+        let (client, accepts) = protobuf_server(b"", Some(ManagedFields::Drop));
+        let metadata = Api::<Pod>::default_namespaced(client);
+        let _ = metadata.list_metadata(&ListParams::default()).await;
+        assert!(
+            accepts.lock().unwrap()[0].starts_with("application/json;as=PartialObjectMetadataList")
+        );
+        let (client, accepts) = protobuf_server(b"", None);
+        let _ = Api::<Pod>::default_namespaced(client)
+            .list(&ListParams::default())
+            .await;
+        assert_eq!(*accepts.lock().unwrap(), [""]);
+    }
 
     #[test]
     fn passes_good_lines_across_chunk_boundaries() {

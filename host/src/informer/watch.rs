@@ -36,6 +36,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
+use wasmformer_protobuf::ManagedFields;
 
 use super::InformerKey;
 use super::guard::{StreamHealth, guarded_client};
@@ -485,20 +486,28 @@ pub(crate) struct ApiSource {
 }
 
 impl ApiSource {
+    /// A source for `key`; `strip_managed_fields`: the store drops them, so a protobuf LIST page
+    /// is written as JSON without them (never parsed only to be cut out).
     pub(crate) fn new(
         client: Client,
         key: InformerKey,
         settings: WatchSettings,
+        strip_managed_fields: bool,
         support: Arc<StreamingSupport>,
         reachability: Arc<Reachability>,
     ) -> Self {
         let health = Arc::new(StreamHealth::default());
-        let protobuf = settings.list_encoding == ListEncoding::Protobuf
+        let protobuf = (settings.list_encoding == ListEncoding::Protobuf
             && !key.metadata_only
             && wasmformer_protobuf::knows(
                 &key.resource.api_version,
                 &format!("{}List", key.resource.kind),
-            );
+            ))
+        .then_some(if strip_managed_fields {
+            ManagedFields::Drop
+        } else {
+            ManagedFields::Keep
+        });
         let client = guarded_client(client, settings.max_object_bytes, protobuf, health.clone());
         Self {
             client,
