@@ -57,11 +57,12 @@ use wasmformer::cache::CachedObject;
 use wasmformer::config::HostConfig;
 use wasmformer::plugin::{LogLine, LogObserver, PluginEngine};
 use wasmformer::runtime::{Runtime, RuntimeOptions};
+use wasmformer_protobuf::ManagedFields;
 use wasmformer_tests::apiserver::KubeApiserver;
 use wasmformer_tests::bench::host::{HostProcess, HostSetup};
 use wasmformer_tests::bench::peer::InformerPeer;
 use wasmformer_tests::bench::pods::{
-    PodFactory, PodTimes, create_pods, index_of, name_of, parse_time,
+    PodFactory, PodTimes, create_pods, index_of, name_of, parse_time, transcode_time,
 };
 use wasmformer_tests::bench::proc::{
     Breakdown, PeakSampler, ProcMem, cpu_time, load_average, print_loads_and_notes, proc_mem,
@@ -420,7 +421,13 @@ struct ListRound {
     go: (Duration, Duration),
     /// The `--list-baseline` build's, when given.
     baseline: Option<(Duration, Duration)>,
+    /// The wasmformer hosts' steady RSS after the list.
+    host_rss: Option<u64>,
+    baseline_rss: Option<u64>,
 }
+
+/// One client's initial list: time, CPU, and (a host's) steady RSS after it.
+type Took = (Duration, Duration, Option<u64>);
 
 struct Relist {
     host_peak: u64,
@@ -722,7 +729,7 @@ impl Bench {
     fn list_rounds(&self, rounds: usize) -> Result<Vec<ListRound>> {
         let pods = self.created;
         let timeout = Duration::from_secs(1800);
-        let host = |baseline: Option<&Baseline>| -> Result<(Duration, Duration)> {
+        let host = |baseline: Option<&Baseline>| -> Result<Took> {
             let (work, kubeconfig) = (self.work.path(), &self.gated_kubeconfig);
             let mut setup = HostSetup::one_plugin(guests::BENCH_EMPTY);
             let mut host = match baseline {
@@ -736,12 +743,15 @@ impl Bench {
                 None => HostProcess::start(work, kubeconfig, setup)?,
             };
             let took = host.wait_ready(timeout)?;
-            Ok((took, cpu_time(host.pid())?))
+            let cpu = cpu_time(host.pid())?;
+            // Its memory once settled, as in the memory phases: the two encodings side by side.
+            std::thread::sleep(self.options.settle);
+            Ok((took, cpu, Some(steady_rss(host.pid())?)))
         };
-        let go = || -> Result<(Duration, Duration)> {
+        let go = || -> Result<Took> {
             let mut go = InformerPeer::client_go(&self.gated_kubeconfig, false)?;
             let took = go.wait("initial adds", timeout, |s| s.synced && s.adds >= pods)?;
-            Ok((took, cpu_time(go.pid())?))
+            Ok((took, cpu_time(go.pid())?, None))
         };
         let baseline = self.options.list_baseline.as_ref();
         let mut order = vec![Lister::Wasmformer, Lister::ClientGo];
@@ -757,6 +767,8 @@ impl Bench {
                     host: Default::default(),
                     go: Default::default(),
                     baseline: None,
+                    host_rss: None,
+                    baseline_rss: None,
                 };
                 for who in turn {
                     let took = match who {
@@ -771,15 +783,32 @@ impl Bench {
                         took.0.as_secs_f64(),
                         took.1.as_secs_f64()
                     );
+                    let (time, cpu, rss) = took;
                     match who {
-                        Lister::Wasmformer => row.host = took,
-                        Lister::Baseline => row.baseline = Some(took),
-                        Lister::ClientGo => row.go = took,
+                        Lister::Wasmformer => (row.host, row.host_rss) = ((time, cpu), rss),
+                        Lister::Baseline => {
+                            (row.baseline, row.baseline_rss) = (Some((time, cpu)), rss)
+                        }
+                        Lister::ClientGo => row.go = (time, cpu),
                     }
                 }
                 Ok(row)
             })
             .collect()
+    }
+
+    /// The first Pod as the API server sends it in protobuf (`k8s\0` + `runtime.Unknown`).
+    fn pod_protobuf(&self) -> Result<Vec<u8>> {
+        let (client, namespace) = (self.client.clone(), self.factory.namespace(0).to_owned());
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{}", name_of(0));
+        self.client_rt.block_on(async move {
+            let request = http::Request::get(path)
+                .header("Accept", wasmformer_protobuf::MEDIA_TYPE)
+                .body(kube::client::Body::from(Vec::new()))?;
+            let response = client.send(request).await?;
+            anyhow::ensure!(response.status().is_success(), "{}", response.status());
+            Ok(response.into_body().collect_bytes().await?.to_vec())
+        })
     }
 
     /// A stored Pod as the host receives it (written to `pod.json` for the store-only child):
@@ -833,6 +862,9 @@ struct Lists {
     in_process: Duration,
     rounds: Vec<ListRound>,
     parse: Duration,
+    /// The same Pod's protobuf: its size, and one transcoding to JSON with and without its
+    /// managed fields.
+    transcode: (usize, Duration, Duration),
 }
 
 /// RSS growth of a process that only fills a store with `n` copies of the Pod in `file`:
@@ -961,10 +993,17 @@ fn main() -> Result<()> {
     let rounds = bench.list_rounds(bench.options.list_rounds)?;
     bench.record_load("initial list, side by side");
     let parse = parse_time(&std::fs::read_to_string(&pod_file)?, 5, 1_000)?;
+    let protobuf = bench.pod_protobuf()?;
+    let transcode = (
+        protobuf.len(),
+        transcode_time(&protobuf, ManagedFields::Keep, 5, 1_000)?,
+        transcode_time(&protobuf, ManagedFields::Drop, 5, 1_000)?,
+    );
     let lists = Lists {
         in_process: sync,
         rounds,
         parse,
+        transcode,
     };
     print_report(&bench, &rows, &live, &lists, (full, body, heap), &store);
     Ok(())
@@ -1350,7 +1389,7 @@ fn print_report(
     );
     let baseline = bench.options.list_baseline.as_ref();
     println!(
-        "Each round starts `wasmformer run` (one `bench-empty` plugin){} and the client-go informer afresh against every Pod, one after the other, the one that goes first rotating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs.\n",
+        "Each round starts `wasmformer run` (one `bench-empty` plugin){} and the client-go informer afresh against every Pod, one after the other, the one that goes first rotating. Time: process start to `/readyz` (every plugin has handled every add) and to the last add line; CPU: the process's user + system time then (process start, TLS, the list, the decode, the cache, the plugin calls); RSS: a host's, `--settle` after `/readyz` (median of five samples). The floor: one `serde_json::from_str::<Value>` of the Pod as served ({full} B), median of five batches of 1,000 in the bench process: {:.1} µs. What the protobuf list adds before kube parses: one `wasmformer_protobuf::to_json` of the same Pod's protobuf ({} B), measured the same way: {:.1} µs with its managed fields, {:.1} µs without (the cache's default).\n",
         baseline.map_or(String::new(), |b| match b {
             Baseline::Build(path) => format!(
                 ", the baseline build `{}` (the same plugin)",
@@ -1360,7 +1399,10 @@ fn print_report(
                 ", the baseline (the same build and plugin with `host.listEncoding: json`)"
                     .to_owned(),
         }),
-        lists.parse.as_secs_f64() * 1e6
+        lists.parse.as_secs_f64() * 1e6,
+        lists.transcode.0,
+        lists.transcode.1.as_secs_f64() * 1e6,
+        lists.transcode.2.as_secs_f64() * 1e6,
     );
     let per_pod = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pods as f64;
     let cells = |(time, cpu): (Duration, Duration)| {
@@ -1371,31 +1413,34 @@ fn print_report(
             per_pod(cpu)
         )
     };
+    let rss = |rss: Option<u64>| rss.map_or("—".to_owned(), mib);
     let (head, rule) = if baseline.is_some() {
         (
-            " baseline time | CPU | CPU per Pod | time, baseline / client-go |",
-            "---:|---:|---:|---:|",
+            " baseline time | CPU | CPU per Pod | RSS | time, baseline / client-go |",
+            "---:|---:|---:|---:|---:|",
         )
     } else {
         ("", "")
     };
     println!(
-        "| round | first | wasmformer time | CPU | CPU per Pod | client-go time | CPU | CPU per Pod | time, wasmformer / client-go |{head}"
+        "| round | first | wasmformer time | CPU | CPU per Pod | RSS | client-go time | CPU | CPU per Pod | time, wasmformer / client-go |{head}"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|{rule}");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|{rule}");
     for (n, r) in lists.rounds.iter().enumerate() {
         let extra = r.baseline.map_or(String::new(), |b| {
             format!(
-                " {} | {:.2}× |",
+                " {} | {} | {:.2}× |",
                 cells(b),
+                rss(r.baseline_rss),
                 b.0.as_secs_f64() / r.go.0.as_secs_f64()
             )
         });
         println!(
-            "| {} | {} | {} | {} | {:.2}× |{extra}",
+            "| {} | {} | {} | {} | {} | {:.2}× |{extra}",
             n + 1,
             r.first.name(),
             cells(r.host),
+            rss(r.host_rss),
             cells(r.go),
             r.host.0.as_secs_f64() / r.go.0.as_secs_f64()
         );

@@ -233,14 +233,42 @@ pub async fn label_pods(
 /// 17 names for a client's CPU per object. The median over `batches` batches of `per_batch`
 /// parses, in this process.
 pub fn parse_time(text: &str, batches: usize, per_batch: u32) -> Result<Duration> {
+    per_call(batches, per_batch, || {
+        std::hint::black_box(serde_json::from_str::<Value>(std::hint::black_box(text))).map(drop)
+    })
+}
+
+/// The median time of one `wasmformer_protobuf::to_json` of `body` (a protobuf object as the
+/// API server sends it) over `batches` batches of `per_batch`: the informer's work on a protobuf
+/// LIST page before kube parses the JSON.
+pub fn transcode_time(
+    body: &[u8],
+    managed_fields: wasmformer_protobuf::ManagedFields,
+    batches: usize,
+    per_batch: u32,
+) -> Result<Duration> {
+    per_call(batches, per_batch, || {
+        std::hint::black_box(wasmformer_protobuf::to_json(
+            std::hint::black_box(body),
+            managed_fields,
+        ))
+        .map(drop)
+    })
+}
+
+fn per_call<E: std::error::Error + Send + Sync + 'static>(
+    batches: usize,
+    per_batch: u32,
+    mut call: impl FnMut() -> Result<(), E>,
+) -> Result<Duration> {
     let times = (0..batches)
         .map(|_| {
             let started = Instant::now();
             for _ in 0..per_batch {
-                std::hint::black_box(serde_json::from_str::<Value>(std::hint::black_box(text))?);
+                call()?;
             }
             Ok(started.elapsed() / per_batch)
         })
-        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+        .collect::<Result<Vec<_>, E>>()?;
     Ok(crate::bench::units::median(times))
 }
