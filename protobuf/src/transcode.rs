@@ -627,12 +627,17 @@ mod tests {
 
         /// `object` as the API server sends it: the magic, then a `runtime.Unknown`.
         fn body(&self, api_version: &str, kind: &str, object: &DynamicMessage) -> Vec<u8> {
+            self.envelope(api_version, kind, object.encode_to_vec())
+        }
+
+        /// The magic, then a `runtime.Unknown` holding `raw`.
+        fn envelope(&self, api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
             let mut type_meta = self.message("k8s.io.apimachinery.pkg.runtime.TypeMeta");
             type_meta.set_field_by_name("apiVersion", Field::String(api_version.into()));
             type_meta.set_field_by_name("kind", Field::String(kind.into()));
             let mut unknown = self.message("k8s.io.apimachinery.pkg.runtime.Unknown");
             unknown.set_field_by_name("typeMeta", Field::Message(type_meta));
-            unknown.set_field_by_name("raw", Field::Bytes(object.encode_to_vec().into()));
+            unknown.set_field_by_name("raw", Field::Bytes(raw.into()));
             [MAGIC, &unknown.encode_to_vec()].concat()
         }
 
@@ -728,9 +733,8 @@ mod tests {
 
     #[test]
     fn fields_come_out_in_the_go_structs_order() {
-        // ContainerPort's fields are numbered name=1, hostPort=2, containerPort=3, protocol=4;
-        // its Go struct has them in that order too, but ObjectMeta's `managedFields` (17) comes
-        // before nothing, and Pod's `metadata` (1) before `spec` (2): encode them out of order.
+        // A Pod's `metadata` (field 1) comes before its `spec` (2) in Go's JSON; sent the other
+        // way round on the wire, they still come out in Go's order.
         let m = messages();
         let mut meta = m.message("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta");
         meta.set_field_by_name("name", Field::String("p".into()));
@@ -741,17 +745,9 @@ mod tests {
         pod.set_field_by_name("metadata", Field::Message(meta));
         let ordered = pod.encode_to_vec();
         let (metadata, spec) = ordered.split_at(2 + usize::from(ordered[1]));
-        let body = |raw: Vec<u8>| {
-            let mut unknown = m.message("k8s.io.apimachinery.pkg.runtime.Unknown");
-            let mut type_meta = m.message("k8s.io.apimachinery.pkg.runtime.TypeMeta");
-            type_meta.set_field_by_name("apiVersion", Field::String("v1".into()));
-            type_meta.set_field_by_name("kind", Field::String("Pod".into()));
-            unknown.set_field_by_name("typeMeta", Field::Message(type_meta));
-            unknown.set_field_by_name("raw", Field::Bytes(raw.into()));
-            [MAGIC, &unknown.encode_to_vec()].concat()
-        };
         let text = |raw: Vec<u8>| {
-            String::from_utf8(to_json(&body(raw), ManagedFields::Keep).unwrap()).unwrap()
+            let body = m.envelope("v1", "Pod", raw);
+            String::from_utf8(to_json(&body, ManagedFields::Keep).unwrap()).unwrap()
         };
         let expected = text(ordered.clone());
         assert!(
