@@ -129,6 +129,11 @@ async fn the_status_page_shows_what_status_says() {
         status["informers"].as_array().unwrap().len(),
         dom.matches("data-informer=").count()
     );
+    for informer in status["informers"].as_array().unwrap() {
+        // The informers ask for protobuf; the dev cluster answers JSON, which they take.
+        assert_eq!(informer["listEncoding"], "json", "{informer}");
+        assert_eq!(informer["listStrategy"], "list", "{informer}");
+    }
     assert!(dom.contains("single replica (no leader election)"), "{dom}");
 
     let screenshot = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");

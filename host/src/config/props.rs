@@ -21,6 +21,7 @@ const KEYS: &[&str] = &[
     "shutdownTimeout",
     "watchConfig",
     "maxObjectBytes",
+    "listEncoding",
     "deliveryThreads",
     "maxInstances",
     "keepResidentBytes",

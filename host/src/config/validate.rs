@@ -459,6 +459,7 @@ fn check_field_selector(selector: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::informer::ListEncoding;
 
     /// The problems `parse` finds in `bad`, as `at: message` lines, after checking each is located.
     fn located_problems(bad: &str) -> Vec<String> {
@@ -611,6 +612,28 @@ plugins:
         assert_eq!(
             located_problems(&bad),
             ["host.deliveryThreads: must be more than 0"]
+        );
+    }
+
+    #[test]
+    fn list_encoding_defaults_to_protobuf_and_names_its_choices() {
+        let config = HostConfig::parse(GOOD, PathBuf::new()).unwrap();
+        assert_eq!(config.host.list_encoding, ListEncoding::Protobuf);
+        let json = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  listEncoding: json",
+        );
+        let config = HostConfig::parse(&json, PathBuf::new()).unwrap();
+        assert_eq!(config.host.list_encoding, ListEncoding::Json);
+        let bad = GOOD.replace(
+            "  defaultResync: 30s",
+            "  defaultResync: 30s\n  listEncoding: cbor",
+        );
+        let problems = located_problems(&bad);
+        assert!(
+            problems.len() == 1
+                && problems[0].contains("unknown variant `cbor`, expected `protobuf` or `json`"),
+            "{problems:#?}"
         );
     }
 

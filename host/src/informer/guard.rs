@@ -1,5 +1,5 @@
-//! The guard between the API server's watch streams and kube's decoder: a broken or hostile
-//! stream never reaches the cache.
+//! The guard between the API server's responses and kube's decoder: a broken or hostile watch
+//! stream never reaches the cache, and a protobuf LIST page reaches kube as JSON.
 //!
 //! kube's client reads a watch response line by line with no bound on a line's length, skips a
 //! line whose JSON ends early without a word, and reports any other undecodable line but keeps
@@ -17,6 +17,11 @@
 //!
 //! Objects of another kind than the informer's, and objects over the bound that arrive in a LIST
 //! response, are refused later by the [`Reflector`](super::reflector::Reflector), which decodes them.
+//!
+//! The same client reads LIST pages in protobuf where it can (`host.listEncoding`, see
+//! [`read_protobuf`]): it asks for protobuf with JSON as the fallback, and turns a protobuf answer
+//! into the JSON the server would have sent before kube parses it, so that kube's watcher, its
+//! retries and its `410 Gone` handling work as with JSON.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -62,8 +62,8 @@ pub enum ListStrategy {
 #[serde(rename_all = "kebab-case")]
 pub enum ListEncoding {
     /// In protobuf for the Kubernetes API's own kinds (the default, as the Kubernetes controllers
-    /// read them), turned into the same JSON in the host; in JSON for custom resources and
-    /// metadata-only informers, which the server serves only as JSON.
+    /// read them), turned into the same JSON in the host; in JSON for custom resources (which
+    /// the server serves only as JSON) and metadata-only informers.
     #[default]
     Protobuf,
     /// In JSON.
