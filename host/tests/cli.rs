@@ -652,6 +652,7 @@ fn status_reload_and_logs_are_machine_readable_and_the_table_lines_up() {
         ("undecodable", "number"),
         ("lastError", "null"),
         ("listStrategy", "string"),
+        ("listEncoding", "string"),
     ];
     assert_eq!(
         sorted(shape(pods)),
