@@ -141,6 +141,20 @@ impl<'a, 'n> Fields<'a, 'n> {
     }
 
     #[inline]
+    fn fixed64(&mut self) -> Result<u64, Error> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    #[inline]
+    fn fixed32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    #[inline]
     fn next(&mut self) -> Result<Option<(u32, Value<'a>)>, Error> {
         if self.bytes.is_empty() {
             return Ok(None);
@@ -150,16 +164,12 @@ impl<'a, 'n> Fields<'a, 'n> {
             u32::try_from(key >> 3).map_err(|_| self.malformed("a field number over 32 bits"))?;
         let value = match key & 7 {
             0 => Value::Varint(self.varint()?),
-            1 => Value::Fixed64(u64::from_le_bytes(
-                self.take(8)?.try_into().expect("8 bytes"),
-            )),
+            1 => Value::Fixed64(self.fixed64()?),
             2 => {
                 let len = usize::try_from(self.varint()?).unwrap_or(usize::MAX);
                 Value::Bytes(self.take(len)?)
             }
-            5 => Value::Fixed32(u32::from_le_bytes(
-                self.take(4)?.try_into().expect("4 bytes"),
-            )),
+            5 => Value::Fixed32(self.fixed32()?),
             _ => return Err(self.malformed("a group or an unknown wire type")),
         };
         Ok(Some((number, value)))
@@ -328,12 +338,8 @@ impl<'a> Writer<'a> {
         let mut reader = Fields::new(bytes, &message.name);
         while !reader.bytes.is_empty() {
             let value = match kind {
-                Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => Value::Fixed64(
-                    u64::from_le_bytes(reader.take(8)?.try_into().expect("8 bytes")),
-                ),
-                Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => Value::Fixed32(u32::from_le_bytes(
-                    reader.take(4)?.try_into().expect("4 bytes"),
-                )),
+                Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => Value::Fixed64(reader.fixed64()?),
+                Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => Value::Fixed32(reader.fixed32()?),
                 _ => Value::Varint(reader.varint()?),
             };
             if written > 0 {
@@ -404,12 +410,12 @@ impl<'a> Writer<'a> {
             (Kind::Int32, Value::Varint(n)) => self.integer(i64::from(n as i32)),
             (Kind::Int64, Value::Varint(n)) => self.integer(n as i64),
             (Kind::Uint32, Value::Varint(n)) => self.integer(i64::from(n as u32)),
-            (Kind::Uint64, Value::Varint(n)) => self.unsigned(n),
+            (Kind::Uint64, Value::Varint(n)) => self.integer(n),
             (Kind::Sint32, Value::Varint(n)) => self.integer(i64::from(zigzag(n) as i32)),
             (Kind::Sint64, Value::Varint(n)) => self.integer(zigzag(n)),
             (Kind::Fixed32, Value::Fixed32(n)) => self.integer(i64::from(n)),
             (Kind::Sfixed32, Value::Fixed32(n)) => self.integer(i64::from(n as i32)),
-            (Kind::Fixed64, Value::Fixed64(n)) => self.unsigned(n),
+            (Kind::Fixed64, Value::Fixed64(n)) => self.integer(n),
             (Kind::Sfixed64, Value::Fixed64(n)) => self.integer(n as i64),
             (Kind::Float, Value::Fixed32(n)) => self.float(f64::from(f32::from_bits(n))),
             (Kind::Double, Value::Fixed64(n)) => self.float(f64::from_bits(n)),
@@ -426,12 +432,7 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    fn integer(&mut self, n: i64) {
-        self.out
-            .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    }
-
-    fn unsigned(&mut self, n: u64) {
+    fn integer(&mut self, n: impl itoa::Integer) {
         self.out
             .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     }
