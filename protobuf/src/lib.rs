@@ -21,7 +21,7 @@
 mod schema;
 mod transcode;
 
-pub use transcode::to_json;
+pub use transcode::{continue_token, to_json};
 
 /// Whether [`to_json`] writes an object's `metadata.managedFields` (often half its JSON): a
 /// reader that drops them anyway (the informer's cache, by default) saves writing and parsing

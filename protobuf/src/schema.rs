@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use prost_reflect::{DescriptorPool, FieldDescriptor, Kind as ProtoKind, MessageDescriptor};
@@ -23,11 +24,13 @@ pub(crate) fn get() -> Result<&'static Schema, Error> {
 /// Index of a message in [`Schema::messages`].
 pub(crate) type MessageId = u32;
 
-/// The transcoder's view of the descriptors.
+/// The transcoder's view of the descriptors. It lives as long as the process: its names, keys,
+/// fields and slots are each one allocation, made once and never freed (`&'static` slices), so
+/// that the table is small and leaves no freed gaps behind in the heap's pages.
 pub(crate) struct Schema {
     pub(crate) messages: Vec<Message>,
     /// `{group's first label or "core"}/{version}/{kind}` → message.
-    by_type: HashMap<String, MessageId>,
+    by_type: HashMap<&'static str, MessageId>,
     /// `runtime.Unknown`, the envelope of every body.
     pub(crate) unknown: MessageId,
     /// `ObjectMeta` and the slot of its `managedFields`.
@@ -37,13 +40,13 @@ pub(crate) struct Schema {
 /// One message type.
 pub(crate) struct Message {
     /// The full protobuf name, for errors.
-    pub(crate) name: String,
+    pub(crate) name: &'static str,
     /// A type with a JSON form of its own, or `None` for a JSON object of [`Message::fields`].
     pub(crate) special: Option<Special>,
     /// The fields in the order Go writes them.
-    pub(crate) fields: Vec<FieldSpec>,
+    pub(crate) fields: &'static [FieldSpec],
     /// Field number → index in `fields`, [`NO_SLOT`] for a field JSON does not write.
-    pub(crate) slots: Vec<u16>,
+    pub(crate) slots: &'static [u16],
     /// Whether this message and every one it holds are written as the API server writes them:
     /// not so when one is not an API type (a wrapper of a Go slice, like `ExtraValue`) or writes
     /// its own JSON in a way not handled here (apiextensions' `JSONSchemaPropsOrBool`).
@@ -76,7 +79,7 @@ pub(crate) enum Special {
 /// One field as Go writes it.
 pub(crate) struct FieldSpec {
     /// `"name":`, ready to copy.
-    pub(crate) key: Box<[u8]>,
+    pub(crate) key: &'static [u8],
     pub(crate) rules: Rules,
     pub(crate) shape: Shape,
     pub(crate) kind: Kind,
@@ -165,103 +168,128 @@ impl Schema {
             .map(|(id, m)| (m.full_name().to_owned(), id as MessageId))
             .collect();
         let kind = |field: &FieldDescriptor| kind_of(&field.kind(), &ids);
-        let mut messages: Vec<Message> = descriptors
-            .iter()
-            .map(|message| {
-                let name = message.full_name();
-                let mut fields = Vec::new();
-                let mut numbers = Vec::new();
-                let mut add = |field: FieldDescriptor, json_name: &str, rules: Rules| {
-                    let shape = if field.is_map() {
-                        let entry = field.kind();
-                        let entry = entry.as_message().expect("a map field's kind is its entry");
-                        Shape::Map(
-                            kind(&entry.map_entry_key_field()),
-                            kind(&entry.map_entry_value_field()),
-                        )
-                    } else if field.is_list() {
-                        Shape::List
-                    } else {
-                        Shape::Single
-                    };
-                    fields.push(FieldSpec {
-                        key: format!("{}:", serde_json::Value::from(json_name))
-                            .into_bytes()
-                            .into(),
-                        rules,
-                        shape,
-                        kind: kind(&field),
-                    });
-                    numbers.push(field.number());
+        // Every message's fields, then every text, gathered first and leaked once each.
+        let mut text = Text::default();
+        let mut fields: Vec<(Range<usize>, Rules, Shape, Kind)> = Vec::new();
+        let mut slots: Vec<u16> = Vec::new();
+        let mut drafts = Vec::with_capacity(descriptors.len());
+        for message in &descriptors {
+            let name = message.full_name();
+            let first_field = fields.len();
+            let mut numbers = Vec::new();
+            let mut add = |field: FieldDescriptor, json_name: &str, rules: Rules| {
+                let shape = if field.is_map() {
+                    let entry = field.kind();
+                    let entry = entry.as_message().expect("a map field's kind is its entry");
+                    Shape::Map(
+                        kind(&entry.map_entry_key_field()),
+                        kind(&entry.map_entry_value_field()),
+                    )
+                } else if field.is_list() {
+                    Shape::List
+                } else {
+                    Shape::Single
                 };
-                match table.get(name) {
-                    // An API type: its fields in the Go struct's order, by their JSON names.
-                    Some(rows) => {
-                        for JsonField(number, json_name, flags) in rows {
-                            let Some(field) = message.get_field(*number) else {
-                                continue;
-                            };
-                            if json_name == "-" {
-                                continue;
-                            }
-                            let has = |flag| flags.contains(flag);
-                            let rules = Rules {
-                                inline: has('i'),
-                                omitempty: has('o'),
-                                omitzero: has('z'),
-                                pointer: has('p'),
-                                nullable: has('p') || has('s') || has('m'),
-                                struct_value: has('v'),
-                            };
-                            add(field, json_name, rules);
+                let key = text.add(&format!("{}:", serde_json::Value::from(json_name)));
+                fields.push((key, rules, shape, kind(&field)));
+                numbers.push(field.number());
+            };
+            match table.get(name) {
+                // An API type: its fields in the Go struct's order, by their JSON names.
+                Some(rows) => {
+                    for JsonField(number, json_name, flags) in rows {
+                        let Some(field) = message.get_field(*number) else {
+                            continue;
+                        };
+                        if json_name == "-" {
+                            continue;
                         }
-                    }
-                    // Not a Go API type (the envelope, map entries): every field that is set, by
-                    // its proto name.
-                    None => {
-                        for field in message.fields() {
-                            let json_name = field.name().to_owned();
-                            add(
-                                field,
-                                &json_name,
-                                Rules {
-                                    omitempty: true,
-                                    ..Rules::default()
-                                },
-                            );
-                        }
+                        let has = |flag| flags.contains(flag);
+                        let rules = Rules {
+                            inline: has('i'),
+                            omitempty: has('o'),
+                            omitzero: has('z'),
+                            pointer: has('p'),
+                            nullable: has('p') || has('s') || has('m'),
+                            struct_value: has('v'),
+                        };
+                        add(field, json_name, rules);
                     }
                 }
-                let mut slots = vec![NO_SLOT; numbers.iter().max().map_or(0, |n| *n as usize + 1)];
-                for (slot, number) in numbers.iter().enumerate() {
-                    slots[*number as usize] = slot as u16;
+                // Not a Go API type (the envelope, map entries): every field that is set, by
+                // its proto name.
+                None => {
+                    for field in message.fields() {
+                        let json_name = field.name().to_owned();
+                        let rules = Rules {
+                            omitempty: true,
+                            ..Rules::default()
+                        };
+                        add(field, &json_name, rules);
+                    }
                 }
-                // Written exactly as Go writes it, as far as this message goes (what it holds is
-                // checked by `mark_inexact`): an API type without JSON of its own, or one of
-                // those handled here.
-                let exact = special(name).is_some()
-                    || (table.contains_key(name) && !json.custom_json.contains(name));
-                Message {
-                    name: name.to_owned(),
-                    special: special(name),
-                    fields,
-                    slots,
-                    exact,
-                }
-            })
-            .collect();
-        mark_inexact(&mut messages);
-        let mut by_type = HashMap::new();
+            }
+            let first_slot = slots.len();
+            slots.resize(
+                first_slot + numbers.iter().max().map_or(0, |n| *n as usize + 1),
+                NO_SLOT,
+            );
+            for (slot, number) in numbers.iter().enumerate() {
+                slots[first_slot + *number as usize] = slot as u16;
+            }
+            // Written exactly as Go writes it, as far as this message goes (what it holds is
+            // checked by `mark_inexact`): an API type without JSON of its own, or one of those
+            // handled here.
+            let exact = special(name).is_some()
+                || (table.contains_key(name) && !json.custom_json.contains(name));
+            drafts.push((
+                text.add(name),
+                first_field..fields.len(),
+                first_slot..slots.len(),
+                exact,
+            ));
+        }
+        let mut types = Vec::new();
         for (id, message) in descriptors.iter().enumerate() {
             if !table.contains_key(message.full_name()) {
                 continue;
             }
             let package: Vec<&str> = message.package_name().rsplitn(3, '.').collect();
             if let [version, group, ..] = package[..] {
-                by_type
-                    .entry(format!("{group}/{version}/{}", message.name()))
-                    .or_insert(id as MessageId);
+                let key = format!("{group}/{version}/{}", message.name());
+                types.push((text.add(&key), id as MessageId));
             }
+        }
+        let text: &'static str = Box::leak(text.0.into_boxed_str());
+        let fields: &'static [FieldSpec] = Box::leak(
+            fields
+                .into_iter()
+                .map(|(key, rules, shape, kind)| FieldSpec {
+                    key: text[key].as_bytes(),
+                    rules,
+                    shape,
+                    kind,
+                })
+                .collect(),
+        );
+        let slots: &'static [u16] = Box::leak(slots.into_boxed_slice());
+        let mut messages: Vec<Message> = drafts
+            .into_iter()
+            .zip(&descriptors)
+            .map(
+                |((name, field_range, slot_range, exact), descriptor)| Message {
+                    name: &text[name],
+                    special: special(descriptor.full_name()),
+                    fields: &fields[field_range],
+                    slots: &slots[slot_range],
+                    exact,
+                },
+            )
+            .collect();
+        mark_inexact(&mut messages);
+        let mut by_type = HashMap::with_capacity(types.len());
+        for (key, id) in types {
+            by_type.entry(&text[key]).or_insert(id);
         }
         let object_meta = ids["k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
         let managed_fields = messages[object_meta as usize].slot(17);
@@ -286,8 +314,8 @@ impl Schema {
             _ => return None,
         };
         self.by_type
-            .get(&format!("{short}/{version}/{kind}"))
-            .or_else(|| self.by_type.get(&format!("meta/v1/{kind}")))
+            .get(format!("{short}/{version}/{kind}").as_str())
+            .or_else(|| self.by_type.get(format!("meta/v1/{kind}").as_str()))
             .copied()
     }
 }
@@ -323,6 +351,19 @@ fn mark_inexact(messages: &mut [Message]) {
     }
     for (message, exact) in messages.iter_mut().zip(exact) {
         message.exact = exact;
+    }
+}
+
+/// The names and keys of the schema, gathered into one string.
+#[derive(Default)]
+struct Text(String);
+
+impl Text {
+    /// Appends `s`; returns where it is.
+    fn add(&mut self, s: &str) -> Range<usize> {
+        let start = self.0.len();
+        self.0.push_str(s);
+        start..self.0.len()
     }
 }
 
@@ -386,7 +427,7 @@ pub(crate) mod tests {
         let name = |v: &str, k: &str| {
             schema
                 .message_for(v, k)
-                .map(|id| schema.messages[id as usize].name.as_str())
+                .map(|id| schema.messages[id as usize].name)
         };
         assert_eq!(
             name("apps/v1", "Deployment"),

@@ -18,7 +18,7 @@ const MAGIC: &[u8] = b"k8s\0";
 pub fn to_json(body: &[u8], managed_fields: ManagedFields) -> Result<Vec<u8>, Error> {
     let schema = schema::get()?;
     let envelope = body.strip_prefix(MAGIC).ok_or(Error::NoMagic)?;
-    let unknown = Unknown::read(envelope, &schema.messages[schema.unknown as usize])?;
+    let unknown = Unknown::read(envelope, schema.messages[schema.unknown as usize].name)?;
     if !unknown.content_encoding.is_empty() {
         return Err(Error::ContentEncoding(
             String::from_utf8_lossy(unknown.content_encoding).into_owned(),
@@ -51,6 +51,34 @@ pub fn to_json(body: &[u8], managed_fields: ManagedFields) -> Result<Vec<u8>, Er
     Ok(writer.out)
 }
 
+/// The `continue` token of a LIST page in protobuf, read without turning the page into JSON (so
+/// that the next page can be asked for first); `None` on the last page, or for a body that is
+/// not a list. Every Kubernetes list type holds its `ListMeta` in field 1, and `ListMeta` its
+/// `continue` in field 3.
+pub fn continue_token(body: &[u8]) -> Option<String> {
+    let unknown = Unknown::read(body.strip_prefix(MAGIC)?, "runtime.Unknown").ok()?;
+    if !unknown.kind.ends_with(b"List") || !unknown.content_encoding.is_empty() {
+        return None;
+    }
+    let list_meta = first_bytes(unknown.raw, 1, "a list")?;
+    let token = first_bytes(list_meta, 3, "meta.v1.ListMeta")?;
+    let token = std::str::from_utf8(token).ok()?;
+    (!token.is_empty()).then(|| token.to_owned())
+}
+
+/// The bytes of field `number` where it first occurs in `message`.
+fn first_bytes<'a>(message: &'a [u8], number: u32, name: &str) -> Option<&'a [u8]> {
+    let mut fields = Fields::new(message, name);
+    while let Some(field) = fields.next().ok()? {
+        if let (n, Value::Bytes(bytes)) = field
+            && n == number
+        {
+            return Some(bytes);
+        }
+    }
+    None
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -65,9 +93,9 @@ struct Unknown<'a> {
 }
 
 impl<'a> Unknown<'a> {
-    fn read(bytes: &'a [u8], message: &Message) -> Result<Self, Error> {
+    fn read(bytes: &'a [u8], name: &str) -> Result<Self, Error> {
         let mut unknown = Unknown::default();
-        let mut fields = Fields::new(bytes, &message.name);
+        let mut fields = Fields::new(bytes, name);
         while let Some((number, value)) = fields.next()? {
             match (number, value) {
                 (1, Value::Bytes(type_meta)) => {
@@ -216,7 +244,7 @@ impl<'a> Writer<'a> {
         let message = self.message_of(id);
         let base = self.entries.len();
         let mut sorted = true;
-        let mut reader = Fields::new(bytes, &message.name);
+        let mut reader = Fields::new(bytes, message.name);
         while let Some((number, value)) = reader.next()? {
             let slot = message.slot(number);
             if slot == NO_SLOT || self.skip == Some((id, slot)) {
@@ -269,7 +297,7 @@ impl<'a> Writer<'a> {
         if !*first {
             self.out.push(b',');
         }
-        self.out.extend_from_slice(&spec.key);
+        self.out.extend_from_slice(spec.key);
         let value_at = self.out.len();
         match spec.shape {
             _ if start == end && rules.nullable => self.out.extend_from_slice(b"null"),
@@ -335,7 +363,7 @@ impl<'a> Writer<'a> {
         let Value::Bytes(bytes) = value else {
             unreachable!()
         };
-        let mut reader = Fields::new(bytes, &message.name);
+        let mut reader = Fields::new(bytes, message.name);
         while !reader.bytes.is_empty() {
             let value = match kind {
                 Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => Value::Fixed64(reader.fixed64()?),
@@ -360,7 +388,7 @@ impl<'a> Writer<'a> {
         message: &Message,
     ) -> Result<(), Error> {
         let (mut key, mut value) = (None, None);
-        let mut reader = Fields::new(entry, &message.name);
+        let mut reader = Fields::new(entry, message.name);
         while let Some((number, field)) = reader.next()? {
             match number {
                 1 => key = Some(field),
@@ -489,7 +517,7 @@ impl<'a> Writer<'a> {
         bytes: &'a [u8],
     ) -> Result<(), Error> {
         let mut fields: [Option<Value<'a>>; 4] = [None; 4];
-        let mut reader = Fields::new(bytes, &message.name);
+        let mut reader = Fields::new(bytes, message.name);
         while let Some((number, value)) = reader.next()? {
             if let Some(field) = fields.get_mut(number as usize) {
                 *field = Some(value);
@@ -546,7 +574,7 @@ static ESCAPED: [bool; 256] = {
 
 fn wrong_wire_type(message: &Message) -> Error {
     Error::Malformed {
-        message: message.name.clone(),
+        message: message.name.to_owned(),
         reason: "a field's wire type does not match its declared type",
     }
 }
@@ -848,5 +876,33 @@ mod tests {
             to_json(&body, ManagedFields::Keep).unwrap_err().to_string(),
             "decoding the protobuf k8s.io.apimachinery.pkg.runtime.Unknown: a field runs past the end of its message"
         );
+    }
+
+    #[test]
+    fn a_list_pages_continue_token_is_read_from_its_list_meta() {
+        let m = messages();
+        let page = |token: &str, kind: &str| {
+            let mut list_meta = m.message("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta");
+            list_meta.set_field_by_name("resourceVersion", Field::String("7".into()));
+            list_meta.set_field_by_name("continue", Field::String(token.into()));
+            let mut pod = m.message("k8s.io.api.core.v1.Pod");
+            let mut meta = m.message("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta");
+            meta.set_field_by_name("name", Field::String("p".into()));
+            pod.set_field_by_name("metadata", Field::Message(meta));
+            let mut list = m.message("k8s.io.api.core.v1.PodList");
+            list.set_field_by_name("items", Field::List(vec![Field::Message(pod)]));
+            list.set_field_by_name("metadata", Field::Message(list_meta));
+            m.body("v1", kind, &list)
+        };
+        assert_eq!(
+            continue_token(&page("eyJ2IjoibWV0YSJ9", "PodList")).as_deref(),
+            Some("eyJ2IjoibWV0YSJ9")
+        );
+        assert_eq!(continue_token(&page("", "PodList")), None, "the last page");
+        assert_eq!(continue_token(&page("x", "Pod")), None, "not a list");
+        let mut cut = page("x", "PodList");
+        cut.truncate(cut.len() - 1);
+        assert_eq!(continue_token(&cut), None);
+        assert_eq!(continue_token(b"{\"metadata\":{\"continue\":\"x\"}}"), None);
     }
 }
