@@ -39,6 +39,7 @@ use serde_json::value::RawValue;
 use wasmformer_protobuf::ManagedFields;
 
 use super::informer::LastError;
+use super::prefetch::{Page, Prefetch};
 use super::watch::ListEncoding;
 
 /// How much of an oversize line is kept to name the object in the error.
@@ -318,9 +319,11 @@ pub(crate) fn guarded_client(
     health: Arc<StreamHealth>,
 ) -> Client {
     let namespace = client.default_namespace().to_owned();
+    let prefetch = Arc::new(Prefetch::default());
     let service = tower::service_fn(move |mut request: http::Request<Body>| {
         let client = client.clone();
         let health = health.clone();
+        let prefetch = prefetch.clone();
         async move {
             let watch = request
                 .uri()
@@ -335,24 +338,19 @@ pub(crate) fn guarded_client(
             if protobuf.is_some() {
                 read_protobuf(&mut request);
             }
-            let response = client.send(request).await?;
-            let is_protobuf = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .is_some_and(wasmformer_protobuf::is_protobuf);
-            if response.status().is_success() {
-                health.record_list(if is_protobuf {
-                    ListEncoding::Protobuf
-                } else {
-                    ListEncoding::Json
-                });
-            }
-            if is_protobuf {
-                let managed_fields = protobuf.unwrap_or(ManagedFields::Keep);
-                return protobuf_as_json(response, managed_fields).await;
-            }
-            Ok::<_, kube::Error>(response.map(|body| body.map_err(Into::into).boxed_unsync()))
+            let page = prefetch
+                .page(
+                    request,
+                    |request| fetch(client.clone(), request, health.clone()),
+                    |page| decode(page, protobuf),
+                )
+                .await?;
+            let body = |body| {
+                Full::new(body)
+                    .map_err(|never| match never {})
+                    .boxed_unsync()
+            };
+            Ok::<_, kube::Error>(page.map(body))
         }
     });
     Client::new(service, namespace)
@@ -375,24 +373,46 @@ fn read_protobuf(request: &mut http::Request<Body>) {
     }
 }
 
-/// A protobuf response (a LIST page, or an error `Status`) as the JSON the server would have sent
-/// (but for the managed fields, when they are dropped).
-async fn protobuf_as_json(
-    response: http::Response<Body>,
-    managed_fields: ManagedFields,
-) -> Result<http::Response<AnyBody>, kube::Error> {
-    let (mut parts, body) = response.into_parts();
+/// Sends `request` and reads its answer (a LIST page, or an error `Status`) to its end.
+async fn fetch(
+    client: Client,
+    request: http::Request<Body>,
+    health: Arc<StreamHealth>,
+) -> Result<Page, kube::Error> {
+    let (parts, body) = client.send(request).await?.into_parts();
+    if parts.status.is_success() {
+        health.record_list(match is_protobuf(&parts.headers) {
+            true => ListEncoding::Protobuf,
+            false => ListEncoding::Json,
+        });
+    }
     let bytes = body.collect_bytes().await?;
+    Ok(http::Response::from_parts(parts, bytes))
+}
+
+/// A protobuf answer as the JSON the server would have sent (but for the managed fields, when
+/// they are dropped); a JSON one as it is.
+fn decode(page: Page, protobuf: Option<ManagedFields>) -> Result<Page, kube::Error> {
+    if !is_protobuf(page.headers()) {
+        return Ok(page);
+    }
+    let (mut parts, bytes) = page.into_parts();
+    let managed_fields = protobuf.unwrap_or(ManagedFields::Keep);
     let json = wasmformer_protobuf::to_json(&bytes, managed_fields)
         .map_err(|e| kube::Error::Service(e.into()))?;
     parts
         .headers
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     parts.headers.remove(CONTENT_LENGTH);
-    let body = Full::new(Bytes::from(json))
-        .map_err(|never| match never {})
-        .boxed_unsync();
-    Ok(http::Response::from_parts(parts, body))
+    Ok(http::Response::from_parts(parts, Bytes::from(json)))
+}
+
+/// Whether a response's `Content-Type` is the protobuf encoding.
+pub(super) fn is_protobuf(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(wasmformer_protobuf::is_protobuf)
 }
 
 #[cfg(test)]

@@ -15,7 +15,10 @@
 //!   metadata-only objects, selectors pushed down, streaming list or paginated LIST) and how its
 //!   errors are explained ([`WatchError`]).
 //! - [`guard`]: what stands between a watch stream and kube's decoder: event lines over
-//!   `host.maxObjectBytes` are dropped and named, undecodable ones counted and the watch restarted.
+//!   `host.maxObjectBytes` are dropped and named, undecodable ones counted and the watch restarted;
+//!   LIST pages read in protobuf and turned into JSON.
+//! - [`prefetch`]: LIST pages fetched (and turned into JSON) one ahead, so the server encodes a
+//!   page while the host reads the one before.
 //! - [`retry`]: when an informer tries again after a failure: at once after a single `410 Gone`,
 //!   with backoff otherwise, early when a server that could not be reached answers again.
 //! - [`factory`]: the [`InformerFactory`], which shares one informer among every subscriber of an
@@ -26,6 +29,7 @@ pub mod factory;
 mod guard;
 #[allow(clippy::module_inception)]
 pub mod informer;
+mod prefetch;
 pub mod reflector;
 mod retry;
 pub mod spec;
