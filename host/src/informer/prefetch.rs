@@ -14,11 +14,13 @@
 //! own request goes to the server then, so errors and their backoff are as without a fetch ahead.
 //! A request for any other page drops what is held.
 //!
-//! The page is read by the caller's `read` (the guard's: it turns a protobuf page into JSON), so
-//! a page fetched ahead is also decoded ahead. The server writes a list's `metadata` (with
-//! `continue`) before its `items` (Go's field order; the transcoder and the dev cluster keep
-//! it), so the token is read from the head of the JSON without a scan of the items. A body that
-//! does not start that way is simply not fetched ahead.
+//! A page is fetched by the caller's `fetch` and decoded by its `decode` (the guard's: a protobuf
+//! page turned into JSON). The next page is asked for between the two, so that it is on its way
+//! while this one is decoded and taken apart by the watcher. Its continue token is read from the
+//! protobuf `ListMeta` ([`wasmformer_protobuf::continue_token`]), or from the head of the JSON: the
+//! server writes a list's `metadata` before its `items` (Go's field order; the dev cluster keeps
+//! it), so no scan of the items is needed, and a body that does not start that way is simply not
+//! fetched ahead.
 
 use std::future::Future;
 use std::sync::Mutex;

@@ -253,7 +253,10 @@ async fn the_next_page_is_sent_before_this_one_is_decoded() {
             let server = server.clone();
             async move {
                 let (parts, body) = server.send(request).await?.into_parts();
-                Ok(http::Response::from_parts(parts, body.collect_bytes().await?))
+                Ok(http::Response::from_parts(
+                    parts,
+                    body.collect_bytes().await?,
+                ))
             }
         };
         // Decoding holds the worker, as turning a page of 500 Pods into JSON does (about 10 ms).
@@ -263,7 +266,11 @@ async fn the_next_page_is_sent_before_this_one_is_decoded() {
             while let Ok(token) = received.try_recv() {
                 tokens.push(token);
             }
-            assert_eq!(tokens, ["", "t1"], "page 2 asked for while page 1 is decoded");
+            assert_eq!(
+                tokens,
+                ["", "t1"],
+                "page 2 asked for while page 1 is decoded"
+            );
             Ok(page)
         };
         let prefetch = super::Prefetch::default();
