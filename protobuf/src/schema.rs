@@ -245,10 +245,12 @@ impl Schema {
             // Written exactly as Go writes it, as far as this message goes (what it holds is
             // checked by `mark_inexact`): an API type without JSON of its own, or one of those
             // handled here.
-            let exact = special(name).is_some()
-                || (table.contains_key(name) && !json.custom_json.contains(name));
+            let special = special(name);
+            let exact =
+                special.is_some() || (table.contains_key(name) && !json.custom_json.contains(name));
             drafts.push((
                 text.add(name),
+                special,
                 first_field..fields.len(),
                 first_slot..slots.len(),
                 exact,
@@ -280,16 +282,13 @@ impl Schema {
         let slots: &'static [u16] = Box::leak(slots.into_boxed_slice());
         let mut messages: Vec<Message> = drafts
             .into_iter()
-            .zip(&descriptors)
-            .map(
-                |((name, field_range, slot_range, exact), descriptor)| Message {
-                    name: &text[name],
-                    special: special(descriptor.full_name()),
-                    fields: &fields[field_range],
-                    slots: &slots[slot_range],
-                    exact,
-                },
-            )
+            .map(|(name, special, field_range, slot_range, exact)| Message {
+                name: &text[name],
+                special,
+                fields: &fields[field_range],
+                slots: &slots[slot_range],
+                exact,
+            })
             .collect();
         mark_inexact(&mut messages);
         let mut by_type = HashMap::with_capacity(types.len());
@@ -361,8 +360,8 @@ fn mark_inexact(messages: &mut [Message]) {
 
 /// Leaves the descriptors without their options, noting which messages are map entries (the one
 /// option read here). `prost-reflect` resolves options against a pool of Google's well-known
-/// types that it builds on first use and keeps for good: thousands of small allocations, about
-/// 0.6 MiB of the process's memory for nothing the transcoder reads.
+/// types that it builds on first use and keeps for good: about 20,000 small allocations, 0.3 MiB
+/// of the process's memory after a trim (1.8 against 1.5 MiB) for nothing the transcoder reads.
 fn strip_options(files: &mut FileDescriptorSet) -> HashSet<String> {
     fn strip(scope: &str, message: &mut DescriptorProto, map_entries: &mut HashSet<String>) {
         let name = match scope {
