@@ -47,11 +47,10 @@ pub fn is_protobuf(content_type: &str) -> bool {
 /// handled here (a CustomResourceDefinition's schema), nor custom resources, which the API server
 /// serves only as JSON. [`to_json`] takes the others too, as well as it can.
 pub fn knows(api_version: &str, kind: &str) -> bool {
-    schema::get().is_ok_and(|schema| {
-        schema
-            .message_for(api_version, kind)
-            .is_some_and(|id| schema.messages[id as usize].exact)
-    })
+    let schema = &schema::SCHEMA;
+    schema
+        .message_for(api_version, kind)
+        .is_some_and(|id| schema.messages[id as usize].exact)
 }
 
 /// A protobuf body could not be turned into JSON.
@@ -60,9 +59,6 @@ pub enum Error {
     /// The body does not start with the `k8s\0` magic.
     #[error("the protobuf body does not start with the Kubernetes magic number \"k8s\\x00\"")]
     NoMagic,
-    /// The embedded descriptors are broken (a build problem, not a client's).
-    #[error("{0}")]
-    Schema(String),
     /// The envelope says the object is compressed, which the API server never does.
     #[error("the protobuf body's content encoding {0:?} is not supported")]
     ContentEncoding(String),

@@ -16,9 +16,9 @@ const MAGIC: &[u8] = b"k8s\0";
 /// `kind` and `apiVersion` from the envelope, as the API server would have written it (but for
 /// the managed fields, with [`ManagedFields::Drop`]).
 pub fn to_json(body: &[u8], managed_fields: ManagedFields) -> Result<Vec<u8>, Error> {
-    let schema = schema::get()?;
+    let schema = &schema::SCHEMA;
     let envelope = body.strip_prefix(MAGIC).ok_or(Error::NoMagic)?;
-    let unknown = Unknown::read(envelope, schema.messages[schema.unknown as usize].name)?;
+    let unknown = Unknown::read(envelope, schema.messages[schema.unknown as usize].name())?;
     if !unknown.content_encoding.is_empty() {
         return Err(Error::ContentEncoding(
             String::from_utf8_lossy(unknown.content_encoding).into_owned(),
@@ -244,7 +244,7 @@ impl<'a> Writer<'a> {
         let message = self.message_of(id);
         let base = self.entries.len();
         let mut sorted = true;
-        let mut reader = Fields::new(bytes, message.name);
+        let mut reader = Fields::new(bytes, message.name());
         while let Some((number, value)) = reader.next()? {
             let slot = message.slot(number);
             if slot == NO_SLOT || self.skip == Some((id, slot)) {
@@ -259,7 +259,7 @@ impl<'a> Writer<'a> {
             self.entries[base..end].sort_by_key(|entry| entry.slot);
         }
         let mut at = base;
-        for (slot, spec) in message.fields.iter().enumerate() {
+        for (slot, spec) in message.fields().iter().enumerate() {
             let start = at;
             while at < end && usize::from(self.entries[at].slot) == slot {
                 at += 1;
@@ -297,7 +297,7 @@ impl<'a> Writer<'a> {
         if !*first {
             self.out.push(b',');
         }
-        self.out.extend_from_slice(spec.key);
+        self.out.extend_from_slice(spec.key());
         let value_at = self.out.len();
         match spec.shape {
             _ if start == end && rules.nullable => self.out.extend_from_slice(b"null"),
@@ -363,7 +363,7 @@ impl<'a> Writer<'a> {
         let Value::Bytes(bytes) = value else {
             unreachable!()
         };
-        let mut reader = Fields::new(bytes, message.name);
+        let mut reader = Fields::new(bytes, message.name());
         while !reader.bytes.is_empty() {
             let value = match kind {
                 Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => Value::Fixed64(reader.fixed64()?),
@@ -388,7 +388,7 @@ impl<'a> Writer<'a> {
         message: &Message,
     ) -> Result<(), Error> {
         let (mut key, mut value) = (None, None);
-        let mut reader = Fields::new(entry, message.name);
+        let mut reader = Fields::new(entry, message.name());
         while let Some((number, field)) = reader.next()? {
             match number {
                 1 => key = Some(field),
@@ -517,7 +517,7 @@ impl<'a> Writer<'a> {
         bytes: &'a [u8],
     ) -> Result<(), Error> {
         let mut fields: [Option<Value<'a>>; 4] = [None; 4];
-        let mut reader = Fields::new(bytes, message.name);
+        let mut reader = Fields::new(bytes, message.name());
         while let Some((number, value)) = reader.next()? {
             if let Some(field) = fields.get_mut(number as usize) {
                 *field = Some(value);
@@ -574,7 +574,7 @@ static ESCAPED: [bool; 256] = {
 
 fn wrong_wire_type(message: &Message) -> Error {
     Error::Malformed {
-        message: message.name.to_owned(),
+        message: message.name().to_owned(),
         reason: "a field's wire type does not match its declared type",
     }
 }
