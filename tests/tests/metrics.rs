@@ -257,6 +257,12 @@ async fn metrics_count_events_traps_lister_reads_and_swaps() {
         3.0,
         "count of the histogram"
     );
+    // No Pod is deleted: the delete series of a plugin that handles Pods shows at 0 all the same.
+    let deletes = format!(
+        r#"wasmformer_handler_calls_total{{plugin="flood",version="{}",event="delete",result="ok"}} 0"#,
+        v(guests::LOG_FLOOD)
+    );
+    assert!(text.contains(&deletes), "{deletes}: {context}");
     assert!(
         value(
             &scrape,

@@ -101,3 +101,40 @@ fn kept_call_series_follow_the_running_version() {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
 }
+
+#[test]
+fn the_calls_a_plugin_expects_show_at_zero_under_each_version_it_runs() {
+    let metrics = Metrics::new();
+    let plugin = metrics.plugin("idle");
+    plugin.expect_calls(&["add", "update"]);
+    let text = metrics.encode(Format::Text);
+    assert!(
+        !text.contains(r#"wasmformer_handler_calls_total{plugin="idle""#),
+        "no series before a version runs: {text}"
+    );
+    plugin.running("0123456789abcdef", "0.3.0");
+    let text = metrics.encode(Format::Text);
+    for event in ["add", "update"] {
+        assert!(text.contains(&format!(r#"wasmformer_handler_calls_total{{plugin="idle",version="0123456789ab",event="{event}",result="ok"}} 0"#)), "{text}");
+        assert!(
+            text.contains(&format!(
+                r#"wasmformer_handler_duration_seconds_count{{plugin="idle",event="{event}"}} 0"#
+            )),
+            "{text}"
+        );
+    }
+    assert!(!text.contains(r#"event="delete""#), "{text}");
+
+    let ms = std::time::Duration::from_millis;
+    plugin.handler_call("add", CallResult::Ok, ms(1));
+    plugin.running("fedcba9876543210", "0.3.1");
+    plugin.handler_call("update", CallResult::Ok, ms(1));
+    let text = metrics.encode(Format::Text);
+    assert!(text.contains(r#"wasmformer_handler_calls_total{plugin="idle",version="0123456789ab",event="add",result="ok"} 1"#), "{text}");
+    assert!(text.contains(r#"wasmformer_handler_calls_total{plugin="idle",version="fedcba987654",event="add",result="ok"} 0"#), "{text}");
+    assert!(text.contains(r#"wasmformer_handler_calls_total{plugin="idle",version="fedcba987654",event="update",result="ok"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"wasmformer_handler_duration_seconds_count{plugin="idle",event="add"} 1"#),
+        "{text}"
+    );
+}

@@ -266,6 +266,10 @@ impl Runtime {
         let wiring = self.wire(&plugin).await?;
         let loaded = self.load(&plugin).await?;
         let metrics = self.metrics.plugin(&name);
+        metrics.expect_calls(expected_calls(
+            !wiring.handled.is_empty(),
+            loaded.reconciles(),
+        ));
         let mut grants = Grants::none();
         grants.count_calls(metrics.lister_calls());
         let mut handled = Vec::new();
@@ -675,5 +679,16 @@ fn rate_limits(reconcile: &crate::config::ReconcileConfig) -> crate::workqueue::
         max: reconcile.backoff.max,
         qps: reconcile.qps,
         burst: reconcile.burst,
+    }
+}
+
+/// The handler calls a plugin is made for: an event of each kind it `handles` (add, update,
+/// delete), and a reconcile when it exports `reconciler`.
+fn expected_calls(handles: bool, reconciles: bool) -> &'static [&'static str] {
+    match (handles, reconciles) {
+        (true, true) => &["add", "update", "delete", "reconcile"],
+        (true, false) => &["add", "update", "delete"],
+        (false, true) => &["reconcile"],
+        (false, false) => &[],
     }
 }
