@@ -120,7 +120,56 @@ struct Running {
     /// `wasmformer_handler_duration_seconds`, by event.
     durations: Vec<(String, Histogram)>,
     /// The events the plugin's handlers are called for, whose `ok` series exist from its start.
-    expected: Vec<&'static str>,
+    expected: &'static [&'static str],
+}
+
+impl Running {
+    /// The call counter of `event` and `result` under the running version, made at its first
+    /// use.
+    fn counter(
+        &mut self,
+        families: &Families,
+        plugin: &str,
+        event: &str,
+        result: CallResult,
+    ) -> &Counter {
+        let at = match self
+            .calls
+            .iter()
+            .position(|(e, r, _)| e == event && *r == result)
+        {
+            Some(at) => at,
+            None => {
+                let labels = CallLabels {
+                    plugin: plugin.to_owned(),
+                    version: self.version.clone(),
+                    event: event.to_owned(),
+                    result: result.as_str().to_owned(),
+                };
+                let counter = families.calls.get_or_create(&labels).clone();
+                self.calls.push((event.to_owned(), result, counter));
+                self.calls.len() - 1
+            }
+        };
+        &self.calls[at].2
+    }
+
+    /// The duration histogram of `event`, made at its first use.
+    fn histogram(&mut self, families: &Families, plugin: &str, event: &str) -> &Histogram {
+        let at = match self.durations.iter().position(|(e, _)| e == event) {
+            Some(at) => at,
+            None => {
+                let labels = DurationLabels {
+                    plugin: plugin.to_owned(),
+                    event: event.to_owned(),
+                };
+                let histogram = families.duration.get_or_create(&labels).clone();
+                self.durations.push((event.to_owned(), histogram));
+                self.durations.len() - 1
+            }
+        };
+        &self.durations[at].1
+    }
 }
 
 impl Families {
@@ -229,8 +278,8 @@ impl PluginMetrics {
             contract: running.contract.clone(),
         };
         self.families.info.get_or_create(&current).set(1);
-        let expected = running.expected.clone();
-        self.create_series(&mut running, &expected);
+        let expected = running.expected;
+        self.create_series(&mut running, expected);
     }
 
     /// The plugin's handlers are called for `events`: their `ok` call counters and their
@@ -239,41 +288,19 @@ impl PluginMetrics {
     /// lasting data, and not at its first call, they do not sit among the allocations of the
     /// instance that makes that call, which an unload frees (BENCHMARKS.md, "what keeps an
     /// unloaded plugin's heap pages").
-    pub fn expect_calls(&self, events: &[&'static str]) {
+    pub fn expect_calls(&self, events: &'static [&'static str]) {
         let mut running = self.version.lock().expect("plugin metrics lock poisoned");
-        running.expected = events.to_vec();
+        running.expected = events;
         if !running.version.is_empty() {
             self.create_series(&mut running, events);
         }
     }
 
-    fn create_series(&self, running: &mut Running, events: &[&'static str]) {
+    fn create_series(&self, running: &mut Running, events: &[&str]) {
         running.calls.reserve_exact(events.len());
         for event in events {
-            if !running
-                .calls
-                .iter()
-                .any(|(e, r, _)| e == event && *r == CallResult::Ok)
-            {
-                let labels = CallLabels {
-                    plugin: self.name.clone(),
-                    version: running.version.clone(),
-                    event: (*event).to_owned(),
-                    result: CallResult::Ok.as_str().to_owned(),
-                };
-                let counter = self.families.calls.get_or_create(&labels).clone();
-                running
-                    .calls
-                    .push(((*event).to_owned(), CallResult::Ok, counter));
-            }
-            if !running.durations.iter().any(|(e, _)| e == event) {
-                let labels = DurationLabels {
-                    plugin: self.name.clone(),
-                    event: (*event).to_owned(),
-                };
-                let histogram = self.families.duration.get_or_create(&labels).clone();
-                running.durations.push(((*event).to_owned(), histogram));
-            }
+            running.counter(&self.families, &self.name, event, CallResult::Ok);
+            running.histogram(&self.families, &self.name, event);
         }
     }
 
@@ -281,39 +308,12 @@ impl PluginMetrics {
     /// are looked up (and created) once per version, event and result, then kept.
     pub fn handler_call(&self, event: &str, result: CallResult, elapsed: Duration) {
         let mut running = self.version.lock().expect("plugin metrics lock poisoned");
-        let running = &mut *running;
-        match running
-            .calls
-            .iter()
-            .find(|(e, r, _)| e == event && *r == result)
-        {
-            Some((_, _, counter)) => {
-                counter.inc();
-            }
-            None => {
-                let labels = CallLabels {
-                    plugin: self.name.clone(),
-                    version: running.version.clone(),
-                    event: event.to_owned(),
-                    result: result.as_str().to_owned(),
-                };
-                let counter = self.families.calls.get_or_create(&labels).clone();
-                counter.inc();
-                running.calls.push((event.to_owned(), result, counter));
-            }
-        }
-        match running.durations.iter().find(|(e, _)| e == event) {
-            Some((_, histogram)) => histogram.observe(elapsed.as_secs_f64()),
-            None => {
-                let labels = DurationLabels {
-                    plugin: self.name.clone(),
-                    event: event.to_owned(),
-                };
-                let histogram = self.families.duration.get_or_create(&labels).clone();
-                histogram.observe(elapsed.as_secs_f64());
-                running.durations.push((event.to_owned(), histogram));
-            }
-        }
+        running
+            .counter(&self.families, &self.name, event, result)
+            .inc();
+        running
+            .histogram(&self.families, &self.name, event)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts a swap: `ok` when a new version was swapped in, else it failed.
