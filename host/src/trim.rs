@@ -201,18 +201,26 @@ mod tests {
             .expect("VmRSS of /proc/self/status")
     }
 
+    /// Allocates 64 MiB in blocks below the mmap threshold, then one more above them, and frees
+    /// the 64 MiB: what stays resident until a trim. Returns the live block, so the arena's top
+    /// is not free.
+    fn free_64_mib_below_a_live_block() -> Vec<u8> {
+        const BLOCKS: usize = 8192;
+        let mut blocks: Vec<Vec<u8>> = (0..BLOCKS).map(|i| vec![i as u8; 8 << 10]).collect();
+        let keep = vec![1u8; 8 << 10];
+        blocks.clear();
+        blocks.shrink_to_fit();
+        keep
+    }
+
     /// What a job run by [`later`] frees is given back after it, with no trim asked for: 64 MiB
-    /// of small blocks freed below a live one (which the job hands out, so the arena's top is not
-    /// free) leave the resident set within a few seconds.
+    /// of small blocks freed below a live one (which the job hands out) leave the resident set
+    /// within a few seconds.
     #[test]
     fn what_a_later_job_frees_is_given_back() {
-        const BLOCKS: usize = 8192; // 64 MiB in blocks below the mmap threshold
         let (sent, received) = std::sync::mpsc::channel();
         later(move || {
-            let mut blocks: Vec<Vec<u8>> = (0..BLOCKS).map(|i| vec![i as u8; 8 << 10]).collect();
-            let keep = vec![1u8; 8 << 10];
-            blocks.clear();
-            blocks.shrink_to_fit();
+            let keep = free_64_mib_below_a_live_block();
             sent.send((keep, resident_bytes())).unwrap();
         });
         let (keep, before) = received
@@ -236,12 +244,8 @@ mod tests {
     /// plugin's metadata was), and the trim gives them back.
     #[test]
     fn a_trim_gives_freed_heap_back() {
-        const BLOCKS: usize = 8192; // 64 MiB in blocks below the mmap threshold
         let (before, after) = std::thread::spawn(|| {
-            let mut blocks: Vec<Vec<u8>> = (0..BLOCKS).map(|i| vec![i as u8; 8 << 10]).collect();
-            let keep = vec![1u8; 8 << 10]; // above them: the arena's top is not free
-            blocks.clear();
-            blocks.shrink_to_fit();
+            let keep = free_64_mib_below_a_live_block();
             let before = resident_bytes();
             trim_now();
             let after = resident_bytes();
