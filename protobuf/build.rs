@@ -60,7 +60,7 @@ struct Table {
     slots: Vec<u16>,
     messages: Vec<Draft>,
     /// `{group's first label or "core"}/{version}/{kind}` → message, sorted by key.
-    by_type: Vec<(String, Range<usize>, usize)>,
+    by_type: Vec<(Range<usize>, usize)>,
     unknown: usize,
     managed_fields: (usize, u16),
 }
@@ -176,7 +176,8 @@ impl Table {
             });
         }
         mark_inexact(&mut messages);
-        let mut by_type: Vec<(String, Range<usize>, usize)> = Vec::new();
+        let mut by_type: Vec<(Range<usize>, usize)> = Vec::new();
+        let mut seen = HashSet::new();
         for (id, message) in descriptors.iter().enumerate() {
             if !table.contains_key(message.full_name()) {
                 continue;
@@ -184,12 +185,12 @@ impl Table {
             let package: Vec<&str> = message.package_name().rsplitn(3, '.').collect();
             if let [version, group, ..] = package[..] {
                 let key = format!("{group}/{version}/{}", message.name());
-                if !by_type.iter().any(|(k, ..)| *k == key) {
-                    by_type.push((key.clone(), text.add(&key), id));
+                if seen.insert(key.clone()) {
+                    by_type.push((text.add(&key), id));
                 }
             }
         }
-        by_type.sort_by(|a, b| a.0.cmp(&b.0));
+        by_type.sort_by(|a, b| text.0[a.0.clone()].cmp(&text.0[b.0.clone()]));
         let object_meta = ids["k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
         let meta_slots = &slots[messages[object_meta].slots.clone()];
         let managed_fields = meta_slots.get(17).copied().unwrap_or(NO_SLOT);
@@ -252,7 +253,7 @@ impl Table {
             self.by_type.len()
         )
         .unwrap();
-        for (_, key, id) in &self.by_type {
+        for (key, id) in &self.by_type {
             writeln!(out, "    ({}, {id}),", span(key)).unwrap();
         }
         writeln!(
