@@ -2,8 +2,9 @@
 //! every write, like client-go's `ThreadSafeStore` with an `Indexer`.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use foldhash::fast::RandomState;
@@ -45,7 +46,9 @@ struct State {
     /// of the ~7,250 instructions a plugin's `lister.get` costs the host (issue 17, item 9).
     hasher: RandomState,
     objects: HashTable<Arc<CachedObject>>,
-    by_namespace: HashMap<String, BTreeSet<ByKey>>,
+    /// Namespace → objects, ordered: a list walks it in key order (`ObjectKey` orders by
+    /// namespace first).
+    by_namespace: BTreeMap<String, BTreeSet<ByKey>>,
     /// Per custom index (same order as `Store::indexes`): value → objects.
     by_index: Vec<HashMap<String, BTreeSet<ByKey>>>,
 }
@@ -143,20 +146,30 @@ impl State {
     }
 
     fn unlink(&mut self, obj: &CachedObject) {
-        fn remove(map: &mut HashMap<String, BTreeSet<ByKey>>, value: &str, key: &ObjectKey) {
-            if let Some(objects) = map.get_mut(value) {
-                objects.remove(key);
-                if objects.is_empty() {
-                    map.remove(value);
+        /// Takes `key` out of `objects`, saying whether that left the set empty (to drop it).
+        fn emptied(objects: Option<&mut BTreeSet<ByKey>>, key: &ObjectKey) -> bool {
+            objects.is_some_and(|objects| objects.remove(key) && objects.is_empty())
+        }
+        if emptied(self.by_namespace.get_mut(obj.namespace()), obj.key()) {
+            self.by_namespace.remove(obj.namespace());
+        }
+        for (i, index) in self.by_index.iter_mut().enumerate() {
+            for value in obj.index_values(i) {
+                if emptied(index.get_mut(value), obj.key()) {
+                    index.remove(value);
                 }
             }
         }
-        remove(&mut self.by_namespace, obj.namespace(), obj.key());
-        for (i, index) in self.by_index.iter_mut().enumerate() {
-            for value in obj.index_values(i) {
-                remove(index, value, obj.key());
-            }
-        }
+    }
+
+    /// The objects of `objects` from `start` on, in key order.
+    fn objects_from<'a>(
+        objects: &'a BTreeSet<ByKey>,
+        start: Bound<&ObjectKey>,
+    ) -> impl Iterator<Item = &'a Arc<CachedObject>> + use<'a> {
+        objects
+            .range::<ObjectKey, _>((start, Bound::Unbounded))
+            .map(|o| &o.0)
     }
 
     fn objects_at(objects: Option<&BTreeSet<ByKey>>) -> Vec<Arc<CachedObject>> {
@@ -250,26 +263,49 @@ impl Store {
         namespace: Option<&str>,
         selector: &LabelSelector,
     ) -> Vec<Arc<CachedObject>> {
-        // The selector is tested under the read lock, on the objects in place: only a match is
-        // cloned (an `Arc` cloned and dropped again cost a list two atomic operations per object
-        // it skipped). A namespace's set is already in key order: no sort.
+        self.list_page(namespace, selector, None, usize::MAX)
+    }
+
+    /// What [`Store::list`] answers, a page of it: at most `limit` of those objects whose key
+    /// comes after `after` (`None`: from the first).
+    ///
+    /// The objects are walked in key order where they already are in it, the namespace index
+    /// (namespace by namespace, for all of them), so a page costs the objects it walks, not a
+    /// sort. The selector is tested under the read lock, on the objects in place: only a match
+    /// is cloned (an `Arc` cloned and dropped again cost a list two atomic operations per object
+    /// it skipped).
+    pub fn list_page(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Vec<Arc<CachedObject>> {
         let matches = |o: &&Arc<CachedObject>| selector.matches_with(|key| o.labels().get(key));
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let from = |objects| State::objects_from(objects, start);
         let state = self.read();
         match namespace {
             Some(ns) => state
                 .by_namespace
                 .get(ns)
                 .into_iter()
-                .flatten()
-                .map(|o| &o.0)
+                .flat_map(from)
                 .filter(matches)
+                .take(limit)
                 .cloned()
                 .collect(),
             None => {
-                let mut objects: Vec<_> = state.objects.iter().filter(matches).cloned().collect();
-                drop(state);
-                objects.sort_unstable_by(|a, b| a.key().cmp(b.key()));
-                objects
+                // The namespaces in order from the one `after` is in.
+                let first = after.map_or("", ObjectKey::namespace);
+                let namespaces = (state.by_namespace)
+                    .range::<str, _>((Bound::Included(first), Bound::Unbounded));
+                namespaces
+                    .flat_map(|(_, objects)| from(objects))
+                    .filter(matches)
+                    .take(limit)
+                    .cloned()
+                    .collect()
             }
         }
     }
@@ -400,5 +436,77 @@ mod tests {
         assert_eq!(names(store.list(Some("a"), &web)), ["a/p0", "a/p5"]);
         let not_web: LabelSelector = "app!=web".parse().unwrap();
         assert_eq!(names(store.list(None, &not_web)), ["a/p2"]);
+    }
+
+    /// Pages read one after another, each from the last key of the one before, answer what one
+    /// list answers: every match once, in key order, namespaces included; and a page reads the
+    /// store as it is when asked.
+    #[test]
+    fn pages_from_the_last_key_answer_the_list_in_order() {
+        let store = pod_store();
+        for (ns, name, app) in [
+            ("b", "p9", "web"),
+            ("a", "p5", "web"),
+            ("b", "p1", "web"),
+            ("a-b", "p3", "web"),
+            ("a", "p2", "db"),
+            ("a", "p0", "web"),
+            ("c", "p4", "web"),
+        ] {
+            store.upsert(pod(&store, ns, name, "n", app));
+        }
+        let web: LabelSelector = "app=web".parse().unwrap();
+        let pages = |namespace: Option<&str>, limit: usize| {
+            let mut pages = Vec::new();
+            let mut after = None;
+            loop {
+                let page = store.list_page(namespace, &web, after.as_ref(), limit);
+                after = page.last().map(|o| o.key().clone());
+                let full = page.len() == limit;
+                pages.push(names(page));
+                if !full {
+                    return pages;
+                }
+            }
+        };
+        // "a" < "a-b" as namespaces, though "a/…" > "a-b/…" as text: keys order by namespace.
+        let all = ["a/p0", "a/p5", "a-b/p3", "b/p1", "b/p9", "c/p4"];
+        assert_eq!(names(store.list(None, &web)), all);
+        assert_eq!(
+            pages(None, 2),
+            [
+                vec!["a/p0", "a/p5"],
+                vec!["a-b/p3", "b/p1"],
+                vec!["b/p9", "c/p4"],
+                vec![]
+            ]
+        );
+        assert_eq!(pages(None, 4), [&all[..4], &all[4..]]);
+        assert_eq!(pages(Some("b"), 1), [vec!["b/p1"], vec!["b/p9"], vec![]]);
+        // From a key no object has, in another namespace: the next ones, in this namespace only.
+        let after = ObjectKey::new("a", "p1");
+        assert_eq!(
+            names(store.list_page(None, &web, Some(&after), 2)),
+            ["a/p5", "a-b/p3"]
+        );
+        assert_eq!(
+            names(store.list_page(Some("b"), &web, Some(&after), 9)),
+            ["b/p1", "b/p9"]
+        );
+        assert!(
+            store
+                .list_page(Some("a"), &web, Some(&ObjectKey::new("b", "")), 9)
+                .is_empty()
+        );
+        // Each page reads the store as it is then: a write behind the last page does not show,
+        // one ahead of it does.
+        let after = ObjectKey::new("b", "p1");
+        store.upsert(pod(&store, "a", "p1", "n", "web"));
+        store.upsert(pod(&store, "b", "p5", "n", "web"));
+        store.remove(&ObjectKey::new("b", "p9"));
+        assert_eq!(
+            names(store.list_page(None, &web, Some(&after), 9)),
+            ["b/p5", "c/p4"]
+        );
     }
 }
