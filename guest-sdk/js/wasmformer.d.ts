@@ -2,10 +2,10 @@
 // generated from the WIT by `gentypes.mjs`, are in types/.
 /// <reference path="./types/plugin.d.ts" />
 
-import type { Gvk } from "wasmformer:plugin/types@0.3.2";
+import type { Gvk } from "wasmformer:plugin/types@0.3.3";
 
 export type { Gvk };
-export type Level = import("wasmformer:plugin/log@0.3.2").Level;
+export type Level = import("wasmformer:plugin/log@0.3.3").Level;
 
 /** The contract version this SDK builds plugins for (the WIT package version). */
 export const CONTRACT_VERSION: string;
@@ -77,14 +77,16 @@ export class ListerError extends Error {
 export const lister: {
   get(kind: Gvk, namespace: string, name: string): KubeObject;
   list(kind: Gvk, namespace?: string, labelSelector?: string): KubeObject[];
+  /** `list`'s objects read a page at a time as the loop goes (contract 0.3.3); `pageSize` 64. */
+  iter(kind: Gvk, namespace?: string, labelSelector?: string, pageSize?: number): Generator<KubeObject, void, undefined>;
   byIndex(kind: Gvk, index: string, value: string): KubeObject[];
 };
 
 /** The `handler` export componentize-js calls (generated entry modules re-export it). */
-export const handler: typeof import("wasmformer:plugin/handler@0.3.2");
+export const handler: typeof import("wasmformer:plugin/handler@0.3.3");
 
 /** The `state` export componentize-js calls (generated entry modules re-export it). */
-export const state: typeof import("wasmformer:plugin/state@0.3.2");
+export const state: typeof import("wasmformer:plugin/state@0.3.3");
 
 /** What `writer.delete` checks before deleting. */
 export interface Preconditions {
@@ -93,12 +95,12 @@ export interface Preconditions {
 }
 
 /** One reason the API server gave for refusing a write. */
-export type Cause = import("wasmformer:plugin/writer@0.3.2").Cause;
+export type Cause = import("wasmformer:plugin/writer@0.3.3").Cause;
 
 /** Why a write failed; `refusedBy` is set for `forbidden`, `causes` for invalid and conflict. */
 export class WriteError extends Error {
   readonly kind: "forbidden" | "invalid" | "conflict" | "not-found" | "throttled" | "unavailable" | "encode";
-  readonly refusedBy: import("wasmformer:plugin/writer@0.3.2").RefusedBy | undefined;
+  readonly refusedBy: import("wasmformer:plugin/writer@0.3.3").RefusedBy | undefined;
   readonly causes: Cause[];
   /** The host's or the server's text, without the kind. */
   readonly detail: string;
@@ -114,18 +116,18 @@ export const writer: {
     namespace: string,
     name: string,
     body: unknown,
-    options?: { patchType?: import("wasmformer:plugin/writer@0.3.2").PatchType; status?: boolean },
+    options?: { patchType?: import("wasmformer:plugin/writer@0.3.3").PatchType; status?: boolean },
   ): any;
   create(manifest: object | string): any;
   delete(
     kind: Gvk,
     namespace: string,
     name: string,
-    options?: { propagation?: import("wasmformer:plugin/writer@0.3.2").Propagation; preconditions?: Preconditions },
+    options?: { propagation?: import("wasmformer:plugin/writer@0.3.3").Propagation; preconditions?: Preconditions },
   ): void;
   event(
     regarding: KubeObject,
-    type: import("wasmformer:plugin/writer@0.3.2").EventType,
+    type: import("wasmformer:plugin/writer@0.3.3").EventType,
     reason: string,
     action: string,
     note: string,

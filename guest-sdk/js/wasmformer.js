@@ -23,12 +23,12 @@
 // instance or swaps in a new version, and assigned to a fresh `new MyPlugin()` in the next
 // instance before `init` runs on it (see `restoredFrom`).
 
-import { log as hostLog } from "wasmformer:plugin/log@0.3.2";
-import * as witLister from "wasmformer:plugin/lister@0.3.2";
-import * as witWriter from "wasmformer:plugin/writer@0.3.2";
+import { log as hostLog } from "wasmformer:plugin/log@0.3.3";
+import * as witLister from "wasmformer:plugin/lister@0.3.3";
+import * as witWriter from "wasmformer:plugin/writer@0.3.3";
 
 /** The contract version this SDK builds plugins for (the WIT package version). */
-export const CONTRACT_VERSION = "0.3.2";
+export const CONTRACT_VERSION = "0.3.3";
 
 /** The kind of a manifest's `apiVersion` and `kind`: `gvk("apps/v1", "ReplicaSet")`. */
 export function gvk(apiVersion, kind) {
@@ -171,6 +171,22 @@ export const lister = {
   /** Objects of `kind` in `namespace` (undefined: all) matching `labelSelector` ("": all). */
   list(kind, namespace = undefined, labelSelector = "") {
     return reading(() => witLister.list(kind, namespace, labelSelector)).map(fromWit);
+  },
+  /**
+   * The objects `list` answers, read from the cache a page of `pageSize` at a time as the loop
+   * goes (contract 0.3.3), so going through any number of them takes the memory of one page. Each
+   * page reads the cache as it is then: every object comes once at most, in key order.
+   */
+  *iter(kind, namespace = undefined, labelSelector = "", pageSize = 64) {
+    let after = undefined;
+    for (;;) {
+      const page = reading(() =>
+        witLister.listPage(kind, namespace, labelSelector, after, Math.max(1, pageSize)),
+      );
+      for (const obj of page.objects) yield fromWit(obj);
+      if (page.next === undefined) return;
+      after = page.next;
+    }
   },
   /** Objects of `kind` whose index `index` holds `value`. */
   byIndex(kind, index, value) {

@@ -75,7 +75,7 @@ pub mod reconciler_bindings {
         inline: "
             package wasmformer:sdk;
             world reconciler-export {
-                export wasmformer:plugin/reconciler@0.3.2;
+                export wasmformer:plugin/reconciler@0.3.3;
             }
         ",
         path: "../wit",
@@ -86,7 +86,7 @@ pub mod reconciler_bindings {
         runtime_path: "wasmformer_guest::__private::wit_bindgen::rt",
         additional_derives: [PartialEq, Eq],
         with: {
-            "wasmformer:plugin/types@0.3.2": wasmformer_guest::bindings::wasmformer::plugin::types,
+            "wasmformer:plugin/types@0.3.3": wasmformer_guest::bindings::wasmformer::plugin::types,
         },
     });
 }
@@ -106,7 +106,7 @@ pub mod state_bindings {
 }
 
 /// The contract version this SDK builds plugins for (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.3.2";
+pub const CONTRACT_VERSION: &str = "0.3.3";
 
 /// The version (the BLAKE3 hash of its wasm) of the instance whose state this one restored, while
 /// and after [`Plugin::init`] runs; `None` when it started without one. Equal to this instance's

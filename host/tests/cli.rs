@@ -832,7 +832,7 @@ fn replay_reports_each_trap_on_one_line_with_its_cause_and_function() {
         (
             guests::PANIC,
             // The handler is inlined into the component's export (tests/build.rs builds with LTO).
-            "panic or abort (wasm unreachable) in wasmformer:plugin/handler@0.3.2#on-add after ",
+            "panic or abort (wasm unreachable) in wasmformer:plugin/handler@0.3.3#on-add after ",
         ),
         (
             guests::MEMORY_HOG,

@@ -382,6 +382,92 @@ fn a_lister_call_for_an_ungranted_kind_is_forbidden() {
     plugin.add("next").unwrap();
 }
 
+/// `lister.list-page` (contract 0.3.3) through the SDK's `iter_objects`: whatever the page size,
+/// the plugin reads every match once, in key order, as one `list` answers it.
+#[test]
+fn a_plugin_reads_a_list_a_page_at_a_time_each_object_once_in_key_order() {
+    let engine = engine();
+    let mut pods: Vec<_> = (0..10)
+        .rev()
+        .map(|i| pod_json("default", &format!("p{i}"), 1))
+        .collect();
+    let mut db = pod_json("default", "db", 1);
+    db["metadata"]["labels"]["app"] = json!("db");
+    pods.extend([db, pod_json("other", "o1", 1)]);
+    let store = store_with(pod_gvk(), vec![], pods);
+    let expected = format!(
+        "read {}",
+        (0..10)
+            .map(|i| format!("default/p{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // 3: the last page part full; 5: the last page empty; 0 (taken as 1) and 64 (one page).
+    for page in [3, 5, 0, 64] {
+        let mut grants = Grants::none();
+        grants.grant(store.clone());
+        let config = json!({"pages": "app=web", "page": page, "log": true});
+        let mut plugin = Running::try_start(
+            &engine,
+            guests::BENCH_LISTER,
+            Limits::default(),
+            grants,
+            config,
+        )
+        .unwrap();
+        plugin.add("p0").unwrap();
+        assert_eq!(
+            plugin.messages(),
+            std::slice::from_ref(&expected),
+            "pages of {page}"
+        );
+    }
+}
+
+/// What pages are for: a plugin walks more objects than its memory limit holds at once. The same
+/// plugin's `list` of them fails at the limit.
+#[test]
+fn pages_go_through_more_objects_than_the_plugin_memory_holds() {
+    let engine = engine();
+    // 2,000 Pods of 8 KiB each: 16 MiB of bodies, against a limit of 8 MiB.
+    let pods = (0..2000).map(|i| {
+        let mut pod = pod_json("default", &format!("p{i:04}"), 1);
+        pod["metadata"]["annotations"] = json!({"note": "x".repeat(8 << 10)});
+        pod
+    });
+    let store = store_with(pod_gvk(), vec![], pods);
+    let limits = Limits {
+        memory_bytes: 8 << 20,
+        deadline: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let run = |config| {
+        let mut grants = Grants::none();
+        grants.grant(store.clone());
+        let mut plugin = Running::try_start(
+            &engine,
+            guests::BENCH_LISTER,
+            limits.clone(),
+            grants,
+            config,
+        )
+        .unwrap();
+        plugin.add("p0000")
+    };
+    run(json!({"pages": "app=web"})).expect("pages of 64 Pods fit");
+    let err = run(json!({"list": "app=web"})).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CallError::Trap {
+                kind: TrapKind::MemoryLimit,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn owner_lookup_follows_owners_through_the_lister() {
     let engine = engine();

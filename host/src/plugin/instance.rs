@@ -495,7 +495,7 @@ const LIBRARY_FRAMES: &[&str] = &[
 /// `guest_panic::explode`, `<my_plugin::Logger as wasmformer_guest::Plugin>::on_add`.
 ///
 /// A plugin built with whole-program optimisation may have its handler inlined into the
-/// component's export (`wasmformer:plugin/handler@0.3.2#on-add`): with no frame of its own code,
+/// component's export (`wasmformer:plugin/handler@0.3.3#on-add`): with no frame of its own code,
 /// the export names the handler.
 fn guest_frame(backtrace: &wasmtime::WasmBacktrace) -> Option<String> {
     let names = backtrace.frames().iter().filter_map(|frame| {

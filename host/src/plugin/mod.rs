@@ -21,7 +21,7 @@ mod load;
 mod memory;
 mod world;
 
-/// Host-side bindings generated from `wit/` (the current contract, 0.3.2).
+/// Host-side bindings generated from `wit/` (the current contract, 0.3.3).
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
@@ -86,8 +86,8 @@ fn let_waiting_threads_run() {
 pub const CONTRACT_PACKAGE: &str = "wasmformer:plugin";
 /// The contract version this host implements; plugins built for any `0.3.x` are accepted, and
 /// for `0.2.x` (the contract before `writer`). 0.3.1 added the optional `reconciler` export and
-/// the `retry` import, 0.3.2 the optional `state` export; plugins built for 0.3.0 and 0.3.1 load
-/// unchanged.
-pub const CONTRACT_VERSION: &str = "0.3.2";
+/// the `retry` import, 0.3.2 the optional `state` export, 0.3.3 the lister's `list-page`; plugins
+/// built for 0.3.0 to 0.3.2 load unchanged.
+pub const CONTRACT_VERSION: &str = "0.3.3";
 /// The older contract versions still linked: `0.2.x` plugins load unchanged.
 pub const LEGACY_CONTRACT_VERSIONS: &[&str] = &["0.2.0"];

@@ -1,5 +1,5 @@
 /// <reference path="./wasmformer-plugin-types.d.ts" />
-declare module 'wasmformer:plugin/handler@0.3.2' {
+declare module 'wasmformer:plugin/handler@0.3.3' {
   /**
    * Called once per instance, before any event, with the plugin's `config` block from the host
    * configuration as JSON (`{}` when there is none). An `err` stops the plugin from loading.
@@ -19,5 +19,5 @@ declare module 'wasmformer:plugin/handler@0.3.2' {
    * relist (the watch missed it); `obj` is then the last state the cache knew.
    */
   export function onDelete(obj: Object, finalStateUnknown: boolean): void;
-  export type Object = import('wasmformer:plugin/types@0.3.2').Object;
+  export type Object = import('wasmformer:plugin/types@0.3.3').Object;
 }

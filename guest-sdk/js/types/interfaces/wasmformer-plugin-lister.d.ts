@@ -1,5 +1,5 @@
 /// <reference path="./wasmformer-plugin-types.d.ts" />
-declare module 'wasmformer:plugin/lister@0.3.2' {
+declare module 'wasmformer:plugin/lister@0.3.3' {
   /**
    * The object `namespace`/`name` (namespace empty for cluster-scoped kinds).
    */
@@ -10,12 +10,24 @@ declare module 'wasmformer:plugin/lister@0.3.2' {
    */
   export function list(kind: Gvk, namespace: string | undefined, labelSelector: string): Array<Object>;
   /**
+   * What `list` answers, a page at a time (since 0.3.3), so a plugin can go through any number
+   * of objects in bounded memory: at most `limit` objects (0: all the rest) whose key comes
+   * after `after` (`none`: from the first). A key is `namespace/name`, or `name` for a
+   * cluster-scoped object, as `page.next` gives it.
+   * 
+   * Each page reads the cache as it is when asked, as client-go's lister does on every call:
+   * across pages every object comes once at most, in key order, in the state it had when its
+   * page was read; an object added or deleted between two pages shows if its key comes after
+   * the page it would have been in.
+   */
+  export function listPage(kind: Gvk, namespace: string | undefined, labelSelector: string, after: string | undefined, limit: number): Page;
+  /**
    * All objects of `kind` whose index `index` (named in the host configuration, plus the
    * built-in `namespace` index) holds `value`.
    */
   export function byIndex(kind: Gvk, index: string, value: string): Array<Object>;
-  export type Gvk = import('wasmformer:plugin/types@0.3.2').Gvk;
-  export type Object = import('wasmformer:plugin/types@0.3.2').Object;
+  export type Gvk = import('wasmformer:plugin/types@0.3.3').Gvk;
+  export type Object = import('wasmformer:plugin/types@0.3.3').Object;
   /**
    * Why a lister call returned no objects.
    */
@@ -46,5 +58,19 @@ declare module 'wasmformer:plugin/lister@0.3.2' {
   export interface ErrorUnknownIndex {
     tag: 'unknown-index',
     val: string,
+  }
+  /**
+   * One page of a `list-page` answer (since 0.3.3).
+   */
+  export interface Page {
+    /**
+     * At most `limit` objects, in key order: by namespace, then name.
+     */
+    objects: Array<Object>,
+    /**
+     * Where the next page starts (pass it as `after`): the key of the last object, when the
+     * page is full. `none` when the page holds fewer than `limit` objects: the list is done.
+     */
+    next?: string,
   }
 }

@@ -1,4 +1,4 @@
-declare module 'wasmformer:plugin/log@0.3.2' {
+declare module 'wasmformer:plugin/log@0.3.3' {
   /**
    * Writes one message. The host caps the volume a plugin may log per event and says how
    * much it dropped.

@@ -1,4 +1,4 @@
-declare module 'wasmformer:plugin/retry@0.3.2' {
+declare module 'wasmformer:plugin/retry@0.3.3' {
   /**
    * Marks the current handler call: if it returns `err`, the host delivers the object again
    * later, with its newest cached state (an `on-update` with the same object as old and new,

@@ -1,4 +1,4 @@
-declare module 'wasmformer:plugin/state@0.3.2' {
+declare module 'wasmformer:plugin/state@0.3.3' {
   /**
    * The state to keep: at most the plugin's `limits.stateBytes` bytes (a larger state is
    * refused and reported, and the plugin stays loaded); empty: nothing to keep. Called between

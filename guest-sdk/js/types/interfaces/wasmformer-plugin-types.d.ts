@@ -1,4 +1,4 @@
-declare module 'wasmformer:plugin/types@0.3.2' {
+declare module 'wasmformer:plugin/types@0.3.3' {
   /**
    * A kind of Kubernetes object, as in a manifest's `apiVersion` and `kind`.
    * `group` is empty for the core group (`v1` Pods, ConfigMaps, …).

@@ -1,5 +1,5 @@
 /// <reference path="./wasmformer-plugin-types.d.ts" />
-declare module 'wasmformer:plugin/writer@0.3.2' {
+declare module 'wasmformer:plugin/writer@0.3.3' {
   /**
    * Server-side apply of `manifest` (a whole object as JSON, with apiVersion, kind and
    * metadata.name). Returns the object as the server stored it, as JSON.
@@ -26,7 +26,7 @@ declare module 'wasmformer:plugin/writer@0.3.2' {
    * recorder does.
    */
   export function event(regarding: ObjectReference, type: EventType, reason: string, action: string, note: string): void;
-  export type Gvk = import('wasmformer:plugin/types@0.3.2').Gvk;
+  export type Gvk = import('wasmformer:plugin/types@0.3.3').Gvk;
   /**
    * The object a patch or delete is about.
    */

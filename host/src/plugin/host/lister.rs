@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use prometheus_client::metrics::counter::Counter;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{ComponentType, Lift, Linker};
+use wasmtime::component::{ComponentType, Lift, Linker, Lower};
 
 use super::arg::ArgStr;
 use super::{HostState, PackedKind, SharedObject};
@@ -266,6 +266,25 @@ impl Granted {
         )
     }
 
+    /// What [`Granted::list`] answers, a page of it: at most `limit` of those objects whose key
+    /// comes after `after` (`None`: from the first).
+    pub fn list_page(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Vec<Arc<CachedObject>> {
+        // Each store's first `limit` after `after` hold the union's first `limit`.
+        let mut page = union(
+            self.stores
+                .iter()
+                .map(|store| store.list_page(namespace, selector, after, limit)),
+        );
+        page.truncate(limit);
+        page
+    }
+
     /// Objects whose index `index` holds `value` in any of the stores, each once, ordered by key.
     /// Every store of the kind carries the plugin's indexes; one that lacks `index` fails the
     /// call rather than answer part of the union.
@@ -281,6 +300,33 @@ impl Granted {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(union(lists))
     }
+}
+
+/// A `list-page` answer: the objects, and where the next page starts if this one is full.
+/// `after` is a key as `next` gives it (`namespace/name`, or `name` for a cluster-scoped object);
+/// `limit` 0 answers all the rest, as the API server's does.
+fn page(
+    granted: &Granted,
+    namespace: Option<&str>,
+    selector: &LabelSelector,
+    after: Option<&str>,
+    limit: u32,
+) -> (Vec<Arc<CachedObject>>, Option<String>) {
+    // Namespaces and names hold no `/` (the API server refuses them in both).
+    let after = after.map(|key| match key.split_once('/') {
+        Some((namespace, name)) => ObjectKey::new(namespace, name),
+        None => ObjectKey::new("", key),
+    });
+    let limit = match limit {
+        0 => usize::MAX,
+        limit => limit as usize,
+    };
+    let objects = granted.list_page(namespace, selector, after.as_ref(), limit);
+    let next = match objects.len() == limit {
+        true => objects.last().map(|o| o.key().to_string()),
+        false => None,
+    };
+    (objects, next)
 }
 
 fn host_gvk(kind: KindRef<'_>) -> Gvk {
@@ -354,6 +400,30 @@ impl HostState {
         })
     }
 
+    /// `lister.list-page` ([`page`]).
+    pub(crate) fn lister_list_page(
+        &self,
+        kind: KindRef<'_>,
+        namespace: Option<&str>,
+        label_selector: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Answer<Page> {
+        self.answer(kind, "list-page", |granted| {
+            let selector: LabelSelector = label_selector
+                .parse()
+                .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
+            let (objects, next) = page(&granted.granted(), namespace, &selector, after, limit);
+            Ok(Page {
+                objects: objects
+                    .into_iter()
+                    .map(|o| SharedObject::new(granted.packed, o))
+                    .collect(),
+                next,
+            })
+        })
+    }
+
     /// `lister.by-index`.
     pub(crate) fn lister_by_index(
         &self,
@@ -396,6 +466,25 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         },
     )?;
     lister.func_wrap(
+        "list-page",
+        |store: StoreContextMut<'_, HostState>,
+         (kind, namespace, selector, after, limit): (
+            WireGvk,
+            Option<ArgStr>,
+            ArgStr,
+            Option<ArgStr>,
+            u32,
+        )| {
+            Ok((store.data().lister_list_page(
+                kind.as_kind(),
+                namespace.as_deref(),
+                &selector,
+                after.as_deref(),
+                limit,
+            )?,))
+        },
+    )?;
+    lister.func_wrap(
         "by-index",
         |store: StoreContextMut<'_, HostState>, (kind, index, value): (WireGvk, ArgStr, ArgStr)| {
             Ok((store
@@ -404,6 +493,14 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         },
     )?;
     Ok(())
+}
+
+/// The contract's `page` record, a `list-page` answer.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub(crate) struct Page {
+    objects: Vec<SharedObject>,
+    next: Option<String>,
 }
 
 /// The contract's `gvk` record as a lister call's argument.
@@ -498,6 +595,47 @@ mod tests {
             ["a/x 5", "b/z 4"]
         );
         assert!(granted.by_index("by-zone", "z1").is_err());
+    }
+
+    #[test]
+    fn pages_answer_the_union_once_per_object_a_page_at_a_time() {
+        let granted = granted();
+        let everything = LabelSelector::default();
+        let page = |after: Option<ObjectKey>, limit| {
+            names(&granted.list_page(None, &everything, after.as_ref(), limit))
+        };
+        assert_eq!(
+            page(None, 2),
+            ["a/x 5", "a/y 3"],
+            "a/x once, in its newest state"
+        );
+        assert_eq!(page(Some(ObjectKey::new("a", "x")), 2), ["a/y 3", "b/z 4"]);
+        assert_eq!(page(Some(ObjectKey::new("a", "y")), 2), ["b/z 4"]);
+        assert!(page(Some(ObjectKey::new("b", "z")), 2).is_empty());
+    }
+
+    /// The wire's side of a page: keys as text, `next` only after a full page, 0 for no limit.
+    #[test]
+    fn a_page_starts_after_the_key_the_one_before_gave() {
+        let granted = granted();
+        let everything = LabelSelector::default();
+        let answer = |after, limit| {
+            let (objects, next) = page(&granted, None, &everything, after, limit);
+            (names(&objects), next)
+        };
+        assert_eq!(
+            answer(None, 2),
+            (vec!["a/x 5".into(), "a/y 3".into()], Some("a/y".into()))
+        );
+        assert_eq!(answer(Some("a/y"), 2), (vec!["b/z 4".into()], None));
+        assert_eq!(
+            answer(Some("a/x"), 0).0,
+            ["a/y 3", "b/z 4"],
+            "0: all the rest"
+        );
+        assert_eq!(answer(Some("a/x"), 0).1, None);
+        // A key without a namespace is a cluster-scoped object's, before every namespace's.
+        assert_eq!(answer(Some("zzz"), 1).0, ["a/x 5"]);
     }
 
     #[test]

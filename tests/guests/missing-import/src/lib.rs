@@ -8,7 +8,7 @@ wit_bindgen::generate!({
         interface secrets { reveal: func(name: string) -> string; }
         world plugin {
             import secrets;
-            include wasmformer:plugin/plugin@0.3.2;
+            include wasmformer:plugin/plugin@0.3.3;
         }
     ",
     world: "test:missing/plugin",
