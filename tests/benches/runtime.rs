@@ -441,7 +441,7 @@ fn main() {
     );
 
     let plugin_metrics = metrics.plugin("bench-metrics");
-    plugin_metrics.running("0123456789abcdef", "0.3.2");
+    plugin_metrics.running("0123456789abcdef", "0.3.3");
     bench.run(
         "1m-handler-metrics",
         "count and time one handler call in its plugin's metrics, as the worker does per event",
@@ -494,6 +494,18 @@ fn main() {
                 &lister,
                 pods_granted.clone(),
                 json!({"list": LIST_SELECTOR}),
+                &realistic,
+            )
+        },
+    );
+    bench.run(
+        "5f-lister-pages",
+        "event + the same 1,000 Pods read a page at a time (`lister::iter_objects`, 64 a page)",
+        || {
+            event_bench(
+                &lister,
+                pods_granted.clone(),
+                json!({"pages": LIST_SELECTOR}),
                 &realistic,
             )
         },
@@ -713,6 +725,15 @@ fn main() {
         || {
             let mut a = wasm(&lister, &pods_granted, json!({"list": LIST_SELECTOR}));
             let mut b = wasm(&lister, &pods_granted, json!({"list": LIST_NONE_SELECTOR}));
+            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+        },
+    );
+    bench.run_pair(
+        "pair-pages",
+        "the 1,000 Pods read a page at a time (5f) vs a first page of none",
+        || {
+            let mut a = wasm(&lister, &pods_granted, json!({"pages": LIST_SELECTOR}));
+            let mut b = wasm(&lister, &pods_granted, json!({"pages": LIST_NONE_SELECTOR}));
             measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
         },
     );

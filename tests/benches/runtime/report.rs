@@ -52,6 +52,20 @@ fn goal(bench: &Bench, id: &str) -> Option<(String, bool)> {
                 per_object <= get_object,
             )
         }
+        "5f-lister-pages" => {
+            // As 5d's, for the same objects read a page at a time.
+            let pair = |id: &str| bench.pairs.get(id).map(|(_, p)| p.difference.median);
+            let per_object = pair("pair-pages")? / STORE_PODS as f64;
+            let get_object = pair("pair-get-each")?;
+            verdict(
+                format!(
+                    "per object ≤ a get's object ({}): {}",
+                    us(get_object),
+                    us(per_object)
+                ),
+                per_object <= get_object,
+            )
+        }
         "10a-admit-watched" => {
             let paired = bench.pairs.get("pair-admit").map(|(_, p)| p.ratio.median);
             let ratio = paired.or_else(|| Some(m(id)? / m("10c-parse-value")?))?;
@@ -143,6 +157,13 @@ pub fn print(
         bench
             .pairs
             .get("pair-list")
+            .map(|(_, p)| us(p.difference.median / STORE_PODS as f64)),
+    );
+    push(
+        "`lister.list-page` per object, pages of 64 (pair-pages a − b / 1,000)",
+        bench
+            .pairs
+            .get("pair-pages")
             .map(|(_, p)| us(p.difference.median / STORE_PODS as f64)),
     );
     push(
