@@ -100,7 +100,7 @@ pub enum LoadError {
         /// The import, e.g. `wasi:http/types@0.2.3`.
         import: String,
         /// How to build the plugin without it.
-        fix: &'static str,
+        fix: std::borrow::Cow<'static, str>,
         /// wasmtime's error.
         #[source]
         source: wasmtime::Error,

@@ -1,6 +1,7 @@
 //! Loading one plugin version: read, check it is a component of our contract, compile (or take
 //! from the cache), and resolve its imports against the host's linker.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -325,8 +326,16 @@ fn unlinked(info: &ContractInfo, plugin: &str, path: &Path, source: wasmtime::Er
 }
 
 /// How to build a plugin without `import`, which the host does not link.
-fn import_fix(import: &str) -> &'static str {
-    if import.starts_with("wasi:http/") {
+fn import_fix(import: &str) -> Cow<'static, str> {
+    if let Some(version) = newer_contract(import) {
+        return format!(
+            "it was built for contract {version}, newer than this host's {CONTRACT_VERSION}, and \
+             calls what this host does not have: upgrade wasmformer, or rebuild the plugin with \
+             the SDK for {CONTRACT_VERSION}"
+        )
+        .into();
+    }
+    let fix = if import.starts_with("wasi:http/") {
         "plugins get no network; a JavaScript plugin built with componentize-js imports wasi:http unless \
          its `http` and `fetch-event` features are disabled (`disableFeatures: [\"http\", \"fetch-event\"]`, \
          as `wasmformer build` does)"
@@ -339,7 +348,23 @@ fn import_fix(import: &str) -> &'static str {
          environment); build for WASI 0.2 (Rust: wasm32-wasip2) without this import"
     } else {
         "this host provides only wasmformer:plugin (lister, log) and WASI 0.2; remove the import"
-    }
+    };
+    fix.into()
+}
+
+/// The contract version of `import`, a `wasmformer:plugin` interface, if it is newer than this
+/// host's: a plugin built with a later SDK of the same minor, which this host loads unless it
+/// calls something the later contract added.
+fn newer_contract(import: &str) -> Option<&str> {
+    let (_, version) = import
+        .strip_prefix(CONTRACT_PACKAGE)?
+        .strip_prefix('/')?
+        .split_once('@')?;
+    let triple = |v: &str| -> Option<[u64; 3]> {
+        let mut parts = v.split(['.', '-', '+']).map(|p| p.parse().ok());
+        Some([parts.next()??, parts.next()??, parts.next()??])
+    };
+    (triple(version)? > triple(CONTRACT_VERSION)?).then_some(version)
 }
 
 /// Reads a plugin's contract version and imports without loading it (for `wasmformer inspect`).
@@ -494,6 +519,18 @@ mod tests {
         assert!(import_fix("wasi:sockets/tcp@0.3.0").contains("no network"));
         assert!(import_fix("wasi:keyvalue/store@0.2.0").contains("WASI 0.2"));
         assert!(import_fix("wasmformer:plugin/writer@0.3.0").contains("another contract"));
+        assert_eq!(
+            import_fix("wasmformer:plugin/lister@0.3.99"),
+            format!(
+                "it was built for contract 0.3.99, newer than this host's {CONTRACT_VERSION}, \
+                 and calls what this host does not have: upgrade wasmformer, or rebuild the \
+                 plugin with the SDK for {CONTRACT_VERSION}"
+            )
+        );
+        assert!(
+            import_fix(&format!("wasmformer:plugin/lister@{CONTRACT_VERSION}"))
+                .contains("another contract")
+        );
         assert!(import_fix("acme:secrets/vault").contains("remove the import"));
     }
 
