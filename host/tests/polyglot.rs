@@ -19,7 +19,7 @@ use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadedPlugin, LogLine, LogObserver, PluginEngine,
     PluginInstance, StateError, TrapKind,
 };
-use wasmformer_tests::{guests, pod, pod_gvk, pod_json, repo_root, store_with};
+use wasmformer_tests::{guests, paged_pods, paged_read, pod, pod_gvk, repo_root};
 
 /// The compile cache this binary's tests share (so each component compiles once).
 fn compile_cache() -> PathBuf {
@@ -418,16 +418,7 @@ impl Running {
 /// `iter_objects` reads: every match once, in key order, whatever the page size.
 #[test]
 fn python_and_js_plugins_read_a_list_a_page_at_a_time_like_a_rust_one() {
-    let mut pods: Vec<_> = (0..7)
-        .rev()
-        .map(|i| pod_json("default", &format!("p{i}"), 1))
-        .collect();
-    let mut db = pod_json("default", "db", 1);
-    db["metadata"]["labels"]["app"] = json!("db");
-    pods.extend([db, pod_json("other", "o1", 1)]);
-    let store = store_with(pod_gvk(), vec![], pods);
-    let expected =
-        "read default/p0 default/p1 default/p2 default/p3 default/p4 default/p5 default/p6";
+    let (store, expected) = (paged_pods(7), paged_read(7));
     let limits = Limits {
         deadline: Duration::from_secs(6),
         ..Default::default()

@@ -54,6 +54,27 @@ pub fn store_with(
     Arc::new(Store::with_objects(gvk, indexes, true, objects).expect("objects a store admits"))
 }
 
+/// A store for paging through: Pods `default/p0` … `p{n-1}` labelled `app=web`, written in
+/// reverse order, beside a `default/db` labelled `app=db` and an `other/o1`; what a plugin reading
+/// `app=web` in `default` a page at a time logs as [`paged_read`] says.
+pub fn paged_pods(n: usize) -> Arc<Store> {
+    let mut pods: Vec<_> = (0..n)
+        .rev()
+        .map(|i| pod_json("default", &format!("p{i}"), 1))
+        .collect();
+    let mut db = pod_json("default", "db", 1);
+    db["metadata"]["labels"]["app"] = json!("db");
+    pods.extend([db, pod_json("other", "o1", 1)]);
+    store_with(pod_gvk(), vec![], pods)
+}
+
+/// The line a paging test plugin logs after reading [`paged_pods`]'s `app=web` Pods of `default`:
+/// each key once, in key order.
+pub fn paged_read(n: usize) -> String {
+    let keys: Vec<_> = (0..n).map(|i| format!("default/p{i}")).collect();
+    format!("read {}", keys.join(" "))
+}
+
 /// A dev cluster with the namespace `namespace` created, and a client for it.
 pub async fn dev_cluster_with_namespace(
     namespace: &str,

@@ -13,7 +13,7 @@ use wasmformer::plugin::{
     CallError, Event, Grants, Limits, LoadError, LoadedPlugin, LogLine, LogObserver, PluginEngine,
     PluginInstance, PoolSettings, START_PAGES_BYTES, TrapKind,
 };
-use wasmformer_tests::{guests, pod, pod_gvk, pod_json, store, store_with};
+use wasmformer_tests::{guests, paged_pods, paged_read, pod, pod_gvk, pod_json, store, store_with};
 
 /// The compile cache shared by this test binary's engines (the cache itself is tested with its
 /// own directory below).
@@ -387,21 +387,7 @@ fn a_lister_call_for_an_ungranted_kind_is_forbidden() {
 #[test]
 fn a_plugin_reads_a_list_a_page_at_a_time_each_object_once_in_key_order() {
     let engine = engine();
-    let mut pods: Vec<_> = (0..10)
-        .rev()
-        .map(|i| pod_json("default", &format!("p{i}"), 1))
-        .collect();
-    let mut db = pod_json("default", "db", 1);
-    db["metadata"]["labels"]["app"] = json!("db");
-    pods.extend([db, pod_json("other", "o1", 1)]);
-    let store = store_with(pod_gvk(), vec![], pods);
-    let expected = format!(
-        "read {}",
-        (0..10)
-            .map(|i| format!("default/p{i}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let (store, expected) = (paged_pods(10), paged_read(10));
     // 3: the last page part full; 5: the last page empty; 0 (taken as 1) and 64 (one page).
     for page in [3, 5, 0, 64] {
         let mut grants = Grants::none();
