@@ -719,22 +719,32 @@ fn main() {
             )
         },
     );
+    // The lister guest with config `a` against config `b`, on the same event.
+    let lister_pair = |a, b| {
+        let (mut a, mut b) = (
+            wasm(&lister, &pods_granted, a),
+            wasm(&lister, &pods_granted, b),
+        );
+        measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+    };
     bench.run_pair(
         "pair-list",
         "`lister.list` of 1,000 realistic Pods (5d) vs of none (5e)",
         || {
-            let mut a = wasm(&lister, &pods_granted, json!({"list": LIST_SELECTOR}));
-            let mut b = wasm(&lister, &pods_granted, json!({"list": LIST_NONE_SELECTOR}));
-            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+            lister_pair(
+                json!({"list": LIST_SELECTOR}),
+                json!({"list": LIST_NONE_SELECTOR}),
+            )
         },
     );
     bench.run_pair(
         "pair-pages",
         "the 1,000 Pods read a page at a time (5f) vs a first page of none",
         || {
-            let mut a = wasm(&lister, &pods_granted, json!({"pages": LIST_SELECTOR}));
-            let mut b = wasm(&lister, &pods_granted, json!({"pages": LIST_NONE_SELECTOR}));
-            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+            lister_pair(
+                json!({"pages": LIST_SELECTOR}),
+                json!({"pages": LIST_NONE_SELECTOR}),
+            )
         },
     );
     // A `get` of an object the guest has not fetched lately, as a list answers them: each event
@@ -747,9 +757,7 @@ fn main() {
         "`lister.get` of each of the other 999 Pods in turn vs as many not found",
         || {
             let cycle = |name: &str| json!({"cycle": name, "count": others});
-            let mut a = wasm(&lister, &pods_granted, cycle(objects.realistic.name()));
-            let mut b = wasm(&lister, &pods_granted, cycle("no-such-pod"));
-            measure_pair(|| handle(&mut a, &realistic), || handle(&mut b, &realistic))
+            lister_pair(cycle(objects.realistic.name()), cycle("no-such-pod"))
         },
     );
     let minimal = Objects::add(&objects.minimal);

@@ -283,31 +283,21 @@ impl Store {
     ) -> Vec<Arc<CachedObject>> {
         let matches = |o: &&Arc<CachedObject>| selector.matches_with(|key| o.labels().get(key));
         let start = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let from = |objects| State::objects_from(objects, start);
+        // The namespace asked for, or all from the one `after` is in, in order.
+        let namespaces = match namespace {
+            Some(ns) => (Bound::Included(ns), Bound::Included(ns)),
+            None => (
+                Bound::Included(after.map_or("", ObjectKey::namespace)),
+                Bound::Unbounded,
+            ),
+        };
         let state = self.read();
-        match namespace {
-            Some(ns) => state
-                .by_namespace
-                .get(ns)
-                .into_iter()
-                .flat_map(from)
-                .filter(matches)
-                .take(limit)
-                .cloned()
-                .collect(),
-            None => {
-                // The namespaces in order from the one `after` is in.
-                let first = after.map_or("", ObjectKey::namespace);
-                let namespaces = (state.by_namespace)
-                    .range::<str, _>((Bound::Included(first), Bound::Unbounded));
-                namespaces
-                    .flat_map(|(_, objects)| from(objects))
-                    .filter(matches)
-                    .take(limit)
-                    .cloned()
-                    .collect()
-            }
-        }
+        (state.by_namespace.range::<str, _>(namespaces))
+            .flat_map(|(_, objects)| State::objects_from(objects, start))
+            .filter(matches)
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// Objects whose index `index` holds `value`, ordered by key. `namespace` is built in.

@@ -361,8 +361,8 @@ fn newer_contract(import: &str) -> Option<&str> {
         .strip_prefix('/')?
         .split_once('@')?;
     let triple = |v: &str| -> Option<[u64; 3]> {
-        let mut parts = v.split(['.', '-', '+']).map(|p| p.parse().ok());
-        Some([parts.next()??, parts.next()??, parts.next()??])
+        let mut numbers = version_numbers(v);
+        Some([numbers.next()??, numbers.next()??, numbers.next()??])
     };
     (triple(version)? > triple(CONTRACT_VERSION)?).then_some(version)
 }
@@ -464,8 +464,14 @@ fn check_contract(info: &ContractInfo, plugin: &str, path: &Path) -> Result<u64,
 }
 
 fn parse_version(v: &str) -> Option<(u64, u64)> {
-    let mut parts = v.split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    let mut numbers = version_numbers(v);
+    Some((numbers.next()??, numbers.next()??))
+}
+
+/// The numbers of a version, major first (`None` where a part is not one), up to any
+/// pre-release or build suffix's own parts.
+fn version_numbers(v: &str) -> impl Iterator<Item = Option<u64>> + '_ {
+    v.split(['.', '-', '+']).map(|part| part.parse().ok())
 }
 
 /// Semver compatibility as the component model applies it (same major, and for `0.x` the same

@@ -102,6 +102,13 @@ impl GrantedKind {
         )
     }
 
+    /// `objects` of this kind, as they cross into the plugin.
+    fn shared(&self, objects: Vec<Arc<CachedObject>>) -> Vec<SharedObject> {
+        (objects.into_iter())
+            .map(|o| SharedObject::new(self.packed, o))
+            .collect()
+    }
+
     /// The current stores: reads of the kind see their union.
     fn granted(&self) -> Granted {
         Granted {
@@ -259,11 +266,7 @@ impl Granted {
         namespace: Option<&str>,
         selector: &LabelSelector,
     ) -> Vec<Arc<CachedObject>> {
-        union(
-            self.stores
-                .iter()
-                .map(|store| store.list(namespace, selector)),
-        )
+        self.list_page(namespace, selector, None, usize::MAX)
     }
 
     /// What [`Granted::list`] answers, a page of it: at most `limit` of those objects whose key
@@ -329,6 +332,12 @@ fn page(
     (objects, next)
 }
 
+/// A lister call's label selector, or why it does not parse.
+fn parse_selector(text: &str) -> Result<LabelSelector, Error> {
+    text.parse()
+        .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))
+}
+
 fn host_gvk(kind: KindRef<'_>) -> Gvk {
     Gvk {
         group: kind.group.to_owned(),
@@ -388,15 +397,8 @@ impl HostState {
         label_selector: &str,
     ) -> Answer<Vec<SharedObject>> {
         self.answer(kind, "list", |granted| {
-            let selector: LabelSelector = label_selector
-                .parse()
-                .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
-            Ok(granted
-                .granted()
-                .list(namespace, &selector)
-                .into_iter()
-                .map(|o| SharedObject::new(granted.packed, o))
-                .collect())
+            let selector = parse_selector(label_selector)?;
+            Ok(granted.shared(granted.granted().list(namespace, &selector)))
         })
     }
 
@@ -410,15 +412,10 @@ impl HostState {
         limit: u32,
     ) -> Answer<Page> {
         self.answer(kind, "list-page", |granted| {
-            let selector: LabelSelector = label_selector
-                .parse()
-                .map_err(|e: crate::cache::SelectorError| Error::InvalidSelector(e.reason))?;
+            let selector = parse_selector(label_selector)?;
             let (objects, next) = page(&granted.granted(), namespace, &selector, after, limit);
             Ok(Page {
-                objects: objects
-                    .into_iter()
-                    .map(|o| SharedObject::new(granted.packed, o))
-                    .collect(),
+                objects: granted.shared(objects),
                 next,
             })
         })
@@ -436,10 +433,7 @@ impl HostState {
                 .granted()
                 .by_index(index, value)
                 .map_err(|e| Error::UnknownIndex(e.to_string()))?;
-            Ok(objects
-                .into_iter()
-                .map(|o| SharedObject::new(granted.packed, o))
-                .collect())
+            Ok(granted.shared(objects))
         })
     }
 }
