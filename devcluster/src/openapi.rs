@@ -4,7 +4,7 @@
 //!
 //! The built-in types' documents are never written by hand: they are captured from the real
 //! kube-apiserver the test harness builds (the same release as [`KUBERNETES_GIT_VERSION`]) by
-//! `WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test devcluster_openapi`,
+//! `WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test integration devcluster_openapi::`,
 //! checked in as `openapi/kubernetes.json.gz`, and that test fails when the checked-in copy
 //! differs from what the harness serves. A CRD's documents are built from its
 //! `openAPIV3Schema` the way the API server builds them (GVK extension, `ObjectMeta` reference).

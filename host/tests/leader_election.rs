@@ -3,7 +3,7 @@
 //! expires; SIGTERM the leader: it drains, releases the Lease and the follower takes over within
 //! about `retryPeriod`. Every change made around a takeover is handled exactly once, by exactly
 //! one host, and the two never handle at the same time. The failover times are printed, not
-//! asserted (`cargo test -p wasmformer --test leader_election -- --nocapture`).
+//! asserted (`cargo test -p wasmformer --test integration leader_election:: -- --nocapture`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

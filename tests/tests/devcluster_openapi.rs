@@ -1,7 +1,7 @@
 //! The dev cluster's OpenAPI documents are the real kube-apiserver's: the checked-in copy
 //! (`devcluster/openapi/kubernetes.json.gz`) must equal what the harness serves, and `/version`
 //! must report the harness's Kubernetes version. To refresh the copy after a harness upgrade:
-//! `WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test devcluster_openapi`.
+//! `WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test integration devcluster_openapi::`.
 
 use std::io::Write;
 use std::path::Path;
@@ -31,7 +31,9 @@ fn raw(kubeconfig: &Path, path: &str) -> Value {
 
 #[test]
 fn the_checked_in_openapi_documents_are_what_the_harness_serves() {
-    let kubeconfig = KubeApiserver::shared().kubeconfig("admin");
+    // A server of its own: a CRD another test creates adds its definitions to the shared one's.
+    let server = KubeApiserver::start();
+    let kubeconfig = server.kubeconfig("admin");
     let served = Captured {
         v2: raw(&kubeconfig, "/openapi/v2"),
         v3: openapi::captured_paths()
@@ -49,7 +51,7 @@ fn the_checked_in_openapi_documents_are_what_the_harness_serves() {
     let checked_in = openapi::captured().expect("the checked-in documents load");
     assert!(
         *checked_in == served,
-        "{} differs from the harness's documents; refresh it with WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test devcluster_openapi",
+        "{} differs from the harness's documents; refresh it with WASMFORMER_CAPTURE_OPENAPI=1 cargo test -p wasmformer-tests --test integration devcluster_openapi::",
         file.display()
     );
 }
