@@ -40,10 +40,17 @@ pub struct KubeApiserver {
     _tmp: Option<tempfile::TempDir>,
 }
 
+/// The instance shared by a test binary's tests.
+static SHARED: OnceLock<KubeApiserver> = OnceLock::new();
+
+/// The start of the name of every data directory [`KubeApiserver::start`] makes.
+const DATA_DIR_PREFIX: &str = "wasmformer-apiserver-";
+
 impl KubeApiserver {
-    /// The instance shared by this test binary's tests.
+    /// The instance shared by this test binary's tests. It lives in a `static`, which is never
+    /// dropped: an exit handler stops it and removes its data (62 MB of etcd files each, which
+    /// once piled up until a CI disk was full).
     pub fn shared() -> &'static KubeApiserver {
-        static SHARED: OnceLock<KubeApiserver> = OnceLock::new();
         SHARED.get_or_init(|| match std::env::var_os("WASMFORMER_APISERVER_DIR") {
             Some(dir) => {
                 let dir = PathBuf::from(dir);
@@ -56,13 +63,22 @@ impl KubeApiserver {
                     _tmp: None,
                 }
             }
-            None => Self::start(),
+            None => {
+                remove_stale_data_dirs(&std::env::temp_dir());
+                let server = Self::start();
+                // SAFETY: registers a function of no arguments that only touches `SHARED`.
+                unsafe { libc::atexit(remove_shared) };
+                server
+            }
         })
     }
 
     /// A private instance in a new temporary directory.
     pub fn start() -> Self {
-        let tmp = tempfile::tempdir().expect("temp dir");
+        let tmp = tempfile::Builder::new()
+            .prefix(DATA_DIR_PREFIX)
+            .tempdir()
+            .expect("temp dir");
         let dir = tmp.path().to_owned();
         let mut child = spawn(&dir, None, false);
         let port = wait_ready(&dir, &mut child);
@@ -169,6 +185,63 @@ impl Drop for KubeApiserver {
     }
 }
 
+/// At the test binary's exit: stops the shared instance and removes its data directory.
+extern "C" fn remove_shared() {
+    if let Some(server) = SHARED.get()
+        && server._tmp.is_some()
+    {
+        server.stop();
+        let _ = std::fs::remove_dir_all(&server.dir);
+    }
+}
+
+/// Removes the harness's data directories that runs before left in `tmp`: a run killed midway
+/// drops nothing, and until the exit handler above each test binary's shared instance left its
+/// directory behind (named `.tmpXXXXXX` then). A directory is the harness's if it holds the
+/// `tokens.csv` and `etcd/` it writes; it is kept while a running harness names it
+/// (`--data-dir`) and while it is young, perhaps being set up by another test binary.
+fn remove_stale_data_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let running = running_data_dirs();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let ours = (name.starts_with(DATA_DIR_PREFIX) || name.starts_with(".tmp"))
+            && dir.join("tokens.csv").is_file()
+            && dir.join("etcd").is_dir();
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|modified| modified.elapsed().unwrap_or_default() > STALE_AFTER);
+        if ours && old && !running.contains(&dir) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// How old a harness data directory no running harness names must be to be removed.
+const STALE_AFTER: Duration = Duration::from_secs(600);
+
+/// The `--data-dir` of every running process that has one.
+fn running_data_dirs() -> Vec<PathBuf> {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    processes
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .filter_map(|cmdline| {
+            let mut args = cmdline.split(|&b| b == 0);
+            args.by_ref().find(|&a| a == b"--data-dir")?;
+            let dir = std::str::from_utf8(args.next()?).ok()?;
+            Some(PathBuf::from(dir))
+        })
+        .collect()
+}
+
 /// Starts the harness. `--exit-with-parent` stops it when the test binary exits, even though
 /// the shared fixture (a `static`) is never dropped.
 fn spawn(dir: &Path, port: Option<u16>, keep_data: bool) -> Child {
@@ -228,5 +301,59 @@ fn wait_ready(dir: &Path, child: &mut Child) -> u16 {
             log_tail()
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory laid out as the harness leaves one, last changed `age` ago.
+    fn data_dir(tmp: &Path, name: &str, age: Duration) -> PathBuf {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(dir.join("etcd")).unwrap();
+        std::fs::write(dir.join("tokens.csv"), "").unwrap();
+        let modified = std::time::SystemTime::now() - age;
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        dir
+    }
+
+    #[test]
+    fn stale_data_dirs_go_and_running_young_or_foreign_ones_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hour = Duration::from_secs(3600);
+        let stale = data_dir(tmp.path(), "wasmformer-apiserver-a", hour);
+        let stale_old_name = data_dir(tmp.path(), ".tmpAbC123", hour);
+        let young = data_dir(tmp.path(), "wasmformer-apiserver-b", Duration::ZERO);
+        let foreign = tmp.path().join(".tmpNotOurs");
+        std::fs::create_dir_all(foreign.join("etcd")).unwrap();
+        let running = data_dir(tmp.path(), "wasmformer-apiserver-c", hour);
+        // A process whose command line names `running` as its `--data-dir`, as the harness's does.
+        let mut process = Command::new("sh")
+            .args(["-c", "sleep 30", "sh", "--data-dir"])
+            .arg(&running)
+            .spawn()
+            .unwrap();
+        // Until it has exec'd, the child's command line is this one's.
+        let cmdline = format!("/proc/{}/cmdline", process.id());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read(&cmdline)
+            .unwrap()
+            .windows(10)
+            .any(|w| w == b"--data-dir")
+        {
+            assert!(Instant::now() < deadline, "sh never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        remove_stale_data_dirs(tmp.path());
+        let _ = process.kill();
+        let _ = process.wait();
+
+        assert!(!stale.exists() && !stale_old_name.exists());
+        assert!(young.exists() && foreign.exists() && running.exists());
     }
 }
