@@ -252,13 +252,23 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
     let out_dir = dir.join("build");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     let wasm = out_dir.join(format!("{name}.wasm"));
-    if cached.is_file() {
-        eprintln!(
-            "{name}: sources unchanged since a previous build, reusing {}",
-            cached.display()
-        );
-        std::fs::copy(&cached, &wasm)?;
-        return Ok(wasm);
+    // A cached build may go between a check and the copy (another build pruning the cache), so
+    // the copy is the check.
+    match std::fs::copy(&cached, &wasm) {
+        Ok(_) => {
+            eprintln!(
+                "{name}: sources unchanged since a previous build, reusing {}",
+                cached.display()
+            );
+            // Used now: the last to go when the cache is pruned.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&cached)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            return Ok(wasm);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("copy {}", cached.display())),
     }
 
     let stage = out_dir.join(".stage");
@@ -356,10 +366,39 @@ fn build_componentized(dir: &Path, tool: Tool) -> anyhow::Result<PathBuf> {
         let tmp = parent.join(format!(".{}.{}.tmp", &key[..32], std::process::id()));
         std::fs::copy(&built, &tmp)?;
         std::fs::rename(&tmp, &cached)?;
+        prune_builds(parent, BUILD_CACHE_BYTES);
     }
     std::fs::remove_dir_all(&stage)?;
     eprintln!("built {name} in {:.1}s", started.elapsed().as_secs_f64());
     Ok(wasm)
+}
+
+/// How much the cache of Python and JavaScript builds keeps: a build is 10-20 MB, one for each
+/// change of a plugin's sources, so an author's edits would fill a disk over time.
+const BUILD_CACHE_BYTES: u64 = 1 << 30;
+
+/// Removes the least recently used builds (by modification time, which a reuse renews) until
+/// the rest hold at most `max_bytes`. The newest is always kept.
+fn prune_builds(dir: &Path, max_bytes: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut builds: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    builds.sort_by_key(|b| std::cmp::Reverse(b.0));
+    let mut kept = 0;
+    for (i, (_, len, path)) in builds.into_iter().enumerate() {
+        kept += len;
+        if i > 0 && kept > max_bytes {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -367,4 +406,37 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_build_cache_keeps_the_most_recently_used_builds_within_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = |name: &str, hours_ago: u64| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, [0u8; 10]).unwrap();
+            let used = SystemTime::now() - Duration::from_secs(3600 * hours_ago);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(used)
+                .unwrap();
+            path
+        };
+        let oldest = build("a.wasm", 3);
+        let older = build("b.wasm", 2);
+        let newest = build("c.wasm", 1);
+        let other = build("notes.txt", 9);
+
+        prune_builds(dir.path(), 20);
+        assert!(!oldest.exists() && older.exists() && newest.exists() && other.exists());
+        // Over the size with one alone: the newest stays.
+        prune_builds(dir.path(), 5);
+        assert!(!older.exists() && newest.exists());
+    }
 }
