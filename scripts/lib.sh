@@ -99,3 +99,25 @@ build_kube_informer_peer() {
   [[ -x "$WASMFORMER_KUBE_INFORMER" ]] || { echo "the kube-informer bench target was not built" >&2; exit 1; }
   export WASMFORMER_KUBE_INFORMER
 }
+
+# Removes the kube-apiserver harness's data directories (about 60 MB of etcd files each) that
+# test runs left in the temporary directory: runs killed midway, and every run before the
+# fixture removed its shared instance's at exit. Run before the build, which is when a full disk
+# fails a run. A directory is the harness's if it holds the tokens.csv and etcd/ it writes; it
+# is kept while a running process names it with --data-dir, and for ten minutes after its last
+# change (another run may be setting it up).
+remove_stale_apiserver_dirs() {
+  local tmp=${1:-${TMPDIR:-/tmp}} running dir removed=0
+  running=$(for f in /proc/[0-9]*/cmdline; do
+    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -A1 -x -e --data-dir | tail -n +2 || true
+  done)
+  while IFS= read -r -d '' dir; do
+    [[ -f $dir/tokens.csv && -d $dir/etcd ]] || continue
+    grep -qxF -e "$dir" <<<"$running" && continue
+    rm -rf -- "$dir" && removed=$((removed + 1))
+  done < <(find "$tmp" -mindepth 1 -maxdepth 1 -type d \
+    \( -name '.tmp*' -o -name 'wasmformer-apiserver-*' \) -mmin +10 -print0)
+  if ((removed > 0)); then
+    echo "removed $removed kube-apiserver data directories earlier test runs left in $tmp" >&2
+  fi
+}

@@ -64,7 +64,7 @@ impl KubeApiserver {
                 }
             }
             None => {
-                remove_stale_data_dirs(&std::env::temp_dir());
+                remove_stale_data_dirs();
                 let server = Self::start();
                 // SAFETY: registers a function of no arguments that only touches `SHARED`.
                 unsafe { libc::atexit(remove_shared) };
@@ -195,51 +195,20 @@ extern "C" fn remove_shared() {
     }
 }
 
-/// Removes the harness's data directories that runs before left in `tmp`: a run killed midway
-/// drops nothing, and until the exit handler above each test binary's shared instance left its
-/// directory behind (named `.tmpXXXXXX` then). A directory is the harness's if it holds the
-/// `tokens.csv` and `etcd/` it writes; it is kept while a running harness names it
-/// (`--data-dir`) and while it is young, perhaps being set up by another test binary.
-fn remove_stale_data_dirs(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    let running = running_data_dirs();
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let ours = (name.starts_with(DATA_DIR_PREFIX) || name.starts_with(".tmp"))
-            && dir.join("tokens.csv").is_file()
-            && dir.join("etcd").is_dir();
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|modified| modified.elapsed().unwrap_or_default() > STALE_AFTER);
-        if ours && old && !running.contains(&dir) {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
+/// Removes the harness's data directories that runs killed midway (or, before the exit handler
+/// above, every run) left in the temporary directory: `scripts/test` does it before it builds,
+/// and a test binary here before its first shared start, for `cargo test` run on its own. The
+/// rules are the script's (`remove_stale_apiserver_dirs` in `scripts/lib.sh`).
+fn remove_stale_data_dirs() {
+    let status = Command::new("bash")
+        .args(["-c", "source scripts/lib.sh && remove_stale_apiserver_dirs"])
+        .current_dir(crate::repo_root())
+        .status();
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => eprintln!("scripts/lib.sh remove_stale_apiserver_dirs: {status}"),
+        Err(e) => eprintln!("scripts/lib.sh remove_stale_apiserver_dirs: bash: {e}"),
     }
-}
-
-/// How old a harness data directory no running harness names must be to be removed.
-const STALE_AFTER: Duration = Duration::from_secs(600);
-
-/// The `--data-dir` of every running process that has one.
-fn running_data_dirs() -> Vec<PathBuf> {
-    let Ok(processes) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    processes
-        .flatten()
-        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
-        .filter_map(|cmdline| {
-            let mut args = cmdline.split(|&b| b == 0);
-            args.by_ref().find(|&a| a == b"--data-dir")?;
-            let dir = std::str::from_utf8(args.next()?).ok()?;
-            Some(PathBuf::from(dir))
-        })
-        .collect()
 }
 
 /// Starts the harness. `--exit-with-parent` stops it when the test binary exits, even though
@@ -349,10 +318,20 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
 
-        remove_stale_data_dirs(tmp.path());
+        let status = Command::new("bash")
+            .args([
+                "-c",
+                "set -euo pipefail; source scripts/lib.sh; remove_stale_apiserver_dirs \"$1\"",
+            ])
+            .arg("bash")
+            .arg(tmp.path())
+            .current_dir(crate::repo_root())
+            .status()
+            .unwrap();
         let _ = process.kill();
         let _ = process.wait();
 
+        assert!(status.success());
         assert!(!stale.exists() && !stale_old_name.exists());
         assert!(young.exists() && foreign.exists() && running.exists());
     }
