@@ -200,15 +200,24 @@ extern "C" fn remove_shared() {
 /// and a test binary here before its first shared start, for `cargo test` run on its own. The
 /// rules are the script's (`remove_stale_apiserver_dirs` in `scripts/lib.sh`).
 fn remove_stale_data_dirs() {
-    let status = Command::new("bash")
-        .args(["-c", "source scripts/lib.sh && remove_stale_apiserver_dirs"])
-        .current_dir(crate::repo_root())
-        .status();
-    match status {
+    match remove_stale_data_dirs_in(&std::env::temp_dir()) {
         Ok(status) if status.success() => {}
         Ok(status) => eprintln!("scripts/lib.sh remove_stale_apiserver_dirs: {status}"),
         Err(e) => eprintln!("scripts/lib.sh remove_stale_apiserver_dirs: bash: {e}"),
     }
+}
+
+/// Runs `remove_stale_apiserver_dirs` on `tmp` as `scripts/test` does (`set -euo pipefail`).
+fn remove_stale_data_dirs_in(tmp: &Path) -> std::io::Result<std::process::ExitStatus> {
+    Command::new("bash")
+        .args([
+            "-c",
+            "set -euo pipefail; source scripts/lib.sh; remove_stale_apiserver_dirs \"$1\"",
+        ])
+        .arg("bash")
+        .arg(tmp)
+        .current_dir(crate::repo_root())
+        .status()
 }
 
 /// Starts the harness. `--exit-with-parent` stops it when the test binary exits, even though
@@ -318,16 +327,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
 
-        let status = Command::new("bash")
-            .args([
-                "-c",
-                "set -euo pipefail; source scripts/lib.sh; remove_stale_apiserver_dirs \"$1\"",
-            ])
-            .arg("bash")
-            .arg(tmp.path())
-            .current_dir(crate::repo_root())
-            .status()
-            .unwrap();
+        let status = remove_stale_data_dirs_in(tmp.path()).unwrap();
         let _ = process.kill();
         let _ = process.wait();
 
